@@ -1,0 +1,124 @@
+"""The typed pipeline config: one `PipelineConfig` is the flow parameter.
+
+Every model is pydantic v2, frozen, `extra="forbid"`: a misspelt key fails at load time
+with its dotted path. Sample (the whole default lives in `conf/default.yaml`)::
+
+    model: {name: smollm2-135m-instruct}
+    traffic: {path: traffic/demo.jsonl, calibration_size: 64, heldout_size: 240}
+    variants:
+      - {name: int4_gptq, method: int4_gptq, group_size: 64}
+    gate: {recovery: 0.95}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from quantgate.conf.methods import VariantSpec
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConf(Strict):
+    """Which model to quantize: a name from the local model catalogue
+    (`smollm2-135m-instruct`), a Hugging Face model directory, or (cluster) a hub id."""
+
+    name: str = "smollm2-135m-instruct"
+    served_name: str | None = Field(
+        default=None, description="registered-model name in MLflow; defaults to `name`"
+    )
+
+
+class TrafficConf(Strict):
+    """Where the traffic log is and how it is sampled."""
+
+    path: Path = Path("traffic/demo.jsonl")
+    max_line_bytes: Annotated[int, Field(gt=0)] = 64 * 1024
+    seed: int = 0
+    calibration_size: Annotated[int, Field(gt=0)] = 64
+    heldout_size: Annotated[int, Field(gt=0)] = 240
+    # Prompt-length buckets (in characters of the prompt): short < 200 <= medium < 800 <= long.
+    length_buckets: tuple[int, ...] = (200, 800)
+
+    @field_validator("length_buckets")
+    @classmethod
+    def _increasing(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if list(v) != sorted(set(v)):
+            raise ValueError("must be strictly increasing, e.g. [200, 800]")
+        return v
+
+
+class CalibrationConf(Strict):
+    """Calibration forward passes: sequence length and how many outlier channels to report."""
+
+    max_seq_len: Annotated[int, Field(ge=16)] = 256
+    top_outliers: Annotated[int, Field(ge=1)] = 8
+
+
+class EvalConf(Strict):
+    """Token perplexity on held-out traffic: fixed windows over the assistant responses."""
+
+    window: Annotated[int, Field(ge=16)] = 512
+    batch_size: Annotated[int, Field(ge=1)] = 8
+    min_slice_tokens: Annotated[int, Field(ge=1)] = 300
+    num_cpus: Annotated[float, Field(gt=0)] = 1
+
+
+class GateConf(Strict):
+    """Offline gate: a variant passes when every metric recovers at least `recovery`
+    of the baseline (per metric overridable), on the whole held-out set and on its worst
+    slice. For perplexity (lower is better) recovery is baseline / variant."""
+
+    recovery: Annotated[float, Field(gt=0, le=1)] = 0.95
+    per_metric: dict[str, Annotated[float, Field(gt=0, le=1)]] = {}
+    objective: tuple[str, ...] = ("size.bytes",)
+
+    def threshold(self, metric: str) -> float:
+        return self.per_metric.get(metric, self.recovery)
+
+
+class RuntimeConf(Strict):
+    """Where state lives and how the local Ray / Prefect / MLflow come up."""
+
+    state_dir: Path = Path(".quantgate")
+    ray_num_cpus: Annotated[int, Field(ge=1)] = 2
+    ray_address: str = "local"
+    prefect_port: int = 4200
+    mlflow_tracking_uri: str | None = Field(
+        default=None, description="default: sqlite:///<state_dir>/mlflow.db; env wins"
+    )
+    experiment: str | None = None
+    offline: bool = Field(default=True, description="no hub access: HF_HUB_OFFLINE=1")
+
+
+class PipelineConfig(Strict):
+    model: ModelConf = ModelConf()
+    traffic: TrafficConf = TrafficConf()
+    calibration: CalibrationConf = CalibrationConf()
+    eval: EvalConf = EvalConf()
+    variants: tuple[VariantSpec, ...]
+    gate: GateConf = GateConf()
+    runtime: RuntimeConf = RuntimeConf()
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> PipelineConfig:
+        names = [v.name for v in self.variants]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"variants: duplicate name(s) {dupes}; each `name` must be unique")
+        if not names:
+            raise ValueError("variants: list at least one variant")
+        return self
+
+    def select(self, names: list[str]) -> PipelineConfig:
+        """The same config with only the named variants (order kept as given)."""
+        by_name = {v.name: v for v in self.variants}
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            raise ValueError(f"--variants: unknown {unknown}; known: {sorted(by_name)}")
+        return self.model_copy(update={"variants": tuple(by_name[n] for n in names)})

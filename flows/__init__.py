@@ -1,0 +1,1 @@
+"""quantgate.flows"""

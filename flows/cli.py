@@ -1,0 +1,123 @@
+"""`quantgate`: run the flow, validate a config, or browse past runs.
+
+    quantgate run [--config FILE] [--variants a,b,...] [--traffic PATH]
+    quantgate validate [--config FILE]
+    quantgate ui [--config FILE]      # Prefect UI + MLflow UI over the run state
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+from quantgate.conf.load import ConfigError, load_config
+from quantgate.conf.schema import PipelineConfig
+from quantgate.flows.runtime import configure_process_env
+
+MLFLOW_UI_PORT = 5000
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="quantgate", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run the quantize_and_gate flow")
+    run.add_argument("--config", type=Path, help="pipeline YAML (default: embedded default.yaml)")
+    run.add_argument("--variants", help="comma-separated variant names (default: all in config)")
+    run.add_argument("--traffic", type=Path, help="traffic log JSONL (default: from config)")
+    val = sub.add_parser("validate", help="load and validate a config, print it")
+    val.add_argument("--config", type=Path)
+    ui = sub.add_parser("ui", help="serve the Prefect and MLflow UIs over past runs")
+    ui.add_argument("--config", type=Path)
+    return p
+
+
+def _config(args: argparse.Namespace) -> PipelineConfig:
+    config = load_config(args.config)
+    if getattr(args, "traffic", None):
+        traffic = config.traffic.model_copy(update={"path": args.traffic.resolve()})
+        config = config.model_copy(update={"traffic": traffic})
+    if getattr(args, "variants", None):
+        config = config.select([v.strip() for v in args.variants.split(",") if v.strip()])
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        config = _config(args)
+    except (ConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "validate":
+        print(config.model_dump_json(indent=2))
+        return 0
+    state = config.runtime.state_dir.resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    env = configure_process_env(state, offline=config.runtime.offline)
+    if args.command == "ui":
+        return _serve_ui(config, state)
+    return _run(config, state, env)
+
+
+def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
+    # Imported here: prefect, ray and mlflow read their settings from the environment on import.
+    from quantgate.flows.quantize_and_gate import quantize_and_gate
+    from quantgate.flows.runtime import prefect_server, ray_cluster
+    from quantgate.tasks.report import HEADER, markdown_table
+
+    start = time.perf_counter()
+    with prefect_server(state, config.runtime.prefect_port, ui=False) as server, ray_cluster(
+        address=config.runtime.ray_address, num_cpus=config.runtime.ray_num_cpus, env=env
+    ):
+        state_obj = quantize_and_gate(config, return_state=True)
+    if state_obj.is_failed():
+        exc = state_obj.result(raise_on_failure=False)
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    summary = state_obj.result()
+    print()
+    print(markdown_table(summary.table, HEADER))
+    print()
+    print(f"gate: {summary.decision}")
+    if summary.canary_version:
+        print(f"registry: {summary.registered_model} version "
+              f"{summary.canary_version} has alias `canary`")
+    print(f"quarantine: {summary.quarantine_path}")
+    print(f"MLflow:  {summary.tracking_uri}  experiment {summary.experiment_id}, "
+          f"run {summary.parent_run_id}")
+    print(f"         browse: `quantgate ui`, then http://127.0.0.1:{MLFLOW_UI_PORT}/#/experiments/"
+          f"{summary.experiment_id}/runs/{summary.parent_run_id}")
+    print(f"Prefect: flow run {summary.flow_run_id} (server was {server.api_url})")
+    print(f"         browse: `quantgate ui`, then http://127.0.0.1:{config.runtime.prefect_port}"
+          f"/runs/flow-run/{summary.flow_run_id}")
+    print(f"wall time: {time.perf_counter() - start:.0f} s")
+    return 0
+
+
+def _serve_ui(config: PipelineConfig, state: Path) -> int:
+    import subprocess
+
+    from quantgate.flows.runtime import prefect_server
+    from quantgate.tasks.tracking import tracking_uri
+
+    uri = tracking_uri(config.runtime.mlflow_tracking_uri, state)
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    mlflow = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
+                               "--host", "127.0.0.1", "--port", str(MLFLOW_UI_PORT)], env=env)
+    try:
+        with prefect_server(state, config.runtime.prefect_port, ui=True) as server:
+            print(f"Prefect UI: {server.ui_url}\nMLflow UI:  http://127.0.0.1:{MLFLOW_UI_PORT}"
+                  "\nCtrl-C to stop.")
+            mlflow.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        mlflow.terminate()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

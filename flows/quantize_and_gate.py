@@ -1,0 +1,189 @@
+"""The main flow: traffic -> calibration -> variants on Ray -> evaluation -> gate -> MLflow.
+
+Ordering and fan-out only: every step is a task in `quantgate.tasks`. Heavy steps
+(calibration, each variant's quantization, each evaluation) are Ray tasks with resources
+from conf; a failing variant fails alone and is recorded as failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, runtime
+from prefect.artifacts import create_markdown_artifact
+from prefect.futures import PrefectFuture, as_completed
+from prefect_ray import RayTaskRunner
+from prefect_ray.context import remote_options
+
+from quantgate.conf.methods import VariantSpec
+from quantgate.conf.schema import PipelineConfig
+from quantgate.tasks.prefect_tasks import (
+    calibrate_task,
+    drift_task,
+    evaluate_task,
+    gate_task,
+    prepare_traffic_task,
+    publish_task,
+    quantize_task,
+    resolve_model_task,
+    score_variant_task,
+)
+from quantgate.tasks.publish import PublishInputs
+from quantgate.tasks.report import comparison_rows, gate_report
+from quantgate.tasks.tracking import tracking_uri
+
+
+@dataclass(frozen=True)
+class FlowSummary:
+    table: list[tuple[str, ...]]
+    winner: str | None
+    decision: str
+    registered_model: str
+    tracking_uri: str
+    experiment_id: str
+    parent_run_id: str
+    canary_version: str | None
+    flow_run_id: str
+    quarantine_path: str
+
+
+def variant_dir(state: Path, spec: VariantSpec, model_digest: str, calib_hash: str,
+                max_seq_len: int) -> str:
+    """Content-addressed output folder: same spec, model and calibration -> same folder."""
+    key = json.dumps([spec.model_dump(mode="json", exclude={"resources", "control"}),
+                      model_digest, calib_hash, max_seq_len], sort_keys=True)
+    return str(state / "variants" / f"{spec.name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}")
+
+
+def _outcome(future: PrefectFuture[Any]) -> tuple[Any, str]:
+    """(result, "") or (None, one-line error) of a finished task."""
+    value = future.result(raise_on_failure=False)
+    if not isinstance(value, BaseException):
+        return value, ""
+    text = f"{type(value).__name__}: {value}".strip()
+    return None, text.splitlines()[0]
+
+
+def _gpu_shortfall(spec: VariantSpec) -> str:
+    import ray
+
+    have = ray.cluster_resources().get("GPU", 0) if ray.is_initialized() else 0
+    need = spec.resources.num_gpus
+    return f"resources.num_gpus={need} but the Ray cluster has {have} GPU" if need > have else ""
+
+
+@flow(name="quantize_and_gate", task_runner=RayTaskRunner(), log_prints=True)
+def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
+    state = config.runtime.state_dir.resolve()
+    ev = config.eval
+
+    print("[1/6] model: resolving", config.model.name)
+    model = resolve_model_task(name=config.model.name, cache_dir=str(state / "models"))
+    print(f"[2/6] traffic: reading {config.traffic.path}")
+    traffic = prepare_traffic_task(conf=config.traffic, out_root=str(state / "traffic"))
+    print(f"      {traffic.valid} valid, {traffic.quarantined} quarantined -> "
+          f"{traffic.quarantine_path}; PII redacted: {traffic.pii_redacted}")
+
+    print("[3/6] calibration and baseline evaluation (Ray)")
+    with remote_options(num_cpus=ev.num_cpus):
+        calib_f = calibrate_task.submit(
+            model_path=model.path, calibration_path=traffic.calibration_path,
+            out_dir=str(state / "calibration" / f"{traffic.calibration_hash}-{model.digest[:12]}"),
+            max_seq_len=config.calibration.max_seq_len, top_k=config.calibration.top_outliers,
+            num_cpus=ev.num_cpus)
+        base_f = evaluate_task.submit(
+            variant="baseline", checkpoint=model.path, heldout_path=traffic.heldout_path,
+            out_path=str(Path(traffic.heldout_path).parent / f"eval-baseline-{model.digest[:12]}.json"),
+            window=ev.window, batch_size=ev.batch_size, num_cpus=ev.num_cpus)
+
+    print(f"[4/6] quantizing {len(config.variants)} variants (Ray)")
+    errors: dict[str, str] = {}
+    quant_fs: dict[str, PrefectFuture[Any]] = {}
+    for spec in config.variants:
+        if shortfall := _gpu_shortfall(spec):
+            errors[spec.name] = f"variants[{spec.name}].{shortfall}"
+            continue
+        with remote_options(num_cpus=spec.resources.num_cpus, num_gpus=spec.resources.num_gpus,
+                            memory=int(spec.resources.memory_gb * 2**30)):
+            quant_fs[spec.name] = quantize_task.submit(
+                spec=spec, model_path=model.path, calibration_path=traffic.calibration_path,
+                out_dir=variant_dir(state, spec, model.digest, traffic.calibration_hash,
+                                    config.calibration.max_seq_len),
+                max_seq_len=config.calibration.max_seq_len)
+
+    names = {id(f): n for n, f in quant_fs.items()}
+    eval_fs: dict[str, PrefectFuture[Any]] = {}
+    for fut in as_completed(list(quant_fs.values())):
+        name = names[id(fut)]
+        q, err = _outcome(fut)
+        if err:
+            errors[name] = err
+            print(f"      {name}: FAILED: {err}")
+            continue
+        print(f"      {name}: quantized in {q.seconds:.1f} s{' (reused)' if q.reused else ''}")
+        with remote_options(num_cpus=ev.num_cpus):
+            eval_fs[name] = evaluate_task.submit(
+                variant=name, checkpoint=q.checkpoint, heldout_path=traffic.heldout_path,
+                out_path=str(Path(q.checkpoint) / f"eval-{Path(traffic.heldout_path).parent.name}.json"),
+                window=ev.window, batch_size=ev.batch_size, num_cpus=ev.num_cpus)
+
+    print("[5/6] evaluating (perplexity by slice)")
+    baseline_eval = base_f.result()
+    calib = calib_f.result()
+    drift = drift_task(stats_path=calib.stats_path, pointer_file=str(state / "calibration" / "LATEST"))
+    scores, checkpoints = [], {}
+    for spec in config.variants:
+        result, quantized = None, None
+        if spec.name in eval_fs:
+            result, err = _outcome(eval_fs[spec.name])
+            if err:
+                errors[spec.name] = err
+            else:
+                quantized = quant_fs[spec.name].result()
+                checkpoints[spec.name] = quantized.checkpoint
+        scores.append(score_variant_task(
+            name=spec.name, method=spec.method, control=spec.control,
+            checkpoint=quantized.checkpoint if quantized else None, eval_result=result,
+            quantize_seconds=quantized.seconds if quantized else float("nan"),
+            error=errors.get(spec.name, "")))
+    baseline = score_variant_task(name="baseline", method="baseline", control=True,
+                                  checkpoint=model.path, eval_result=baseline_eval,
+                                  quantize_seconds=0.0)
+
+    print("[6/6] gate and MLflow")
+    decision = gate_task(baseline=baseline_eval, variants=scores, gate=config.gate,
+                         min_slice_tokens=ev.min_slice_tokens)
+    rows = comparison_rows(baseline_eval, baseline.size_bytes, baseline.bits_per_weight,
+                           scores, decision)
+    report = gate_report(model=model.name, rows=rows, decision=decision, gate=config.gate,
+                         heldout_requests=sum(1 for _ in open(traffic.heldout_path)),
+                         heldout_tokens=baseline_eval.tokens, min_slice_tokens=ev.min_slice_tokens)
+    flow_run_id = str(runtime.flow_run.id)
+    uri = tracking_uri(config.runtime.mlflow_tracking_uri, state)
+    parent_metrics = {"traffic.valid": traffic.valid, "traffic.quarantined": traffic.quarantined,
+                      "calibration.tokens": calib.tokens, "baseline.ppl": baseline_eval.ppl,
+                      **{f"traffic.pii_redacted.{k}": v for k, v in traffic.pii_redacted.items()}}
+    if drift is not None:
+        parent_metrics["calibration.drift"] = drift
+    record = publish_task(
+        PublishInputs(
+            tracking_uri=uri, experiment=config.runtime.experiment or model.name,
+            artifact_root=state / "mlartifacts", model_name=model.name,
+            registered_model=config.model.served_name or model.name,
+            model_digest=model.digest, calibration_hash=traffic.calibration_hash,
+            params={"config": config.model_dump_json()[:6000],
+                    "variants": ",".join(v.name for v in config.variants)},
+            parent_metrics={k: float(v) for k, v in parent_metrics.items()},
+            parent_artifacts=[traffic.quarantine_path, traffic.summary_path, calib.summary_path],
+            flow_run_id=flow_run_id),
+        baseline=baseline, variants=scores, decision=decision, gate_report=report,
+        checkpoints=checkpoints,
+        variant_artifacts={n: [str(Path(c) / "quantgate_variant.json")] for n, c in checkpoints.items()})
+    create_markdown_artifact(key="gate-report", markdown=report, description="offline gate")
+    return FlowSummary(rows, decision.winner, decision.reason, model.name, uri, record.experiment_id,
+                       record.parent_run_id, record.canary_version, flow_run_id,
+                       traffic.quarantine_path)

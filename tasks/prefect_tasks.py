@@ -1,0 +1,99 @@
+"""Thin Prefect task wrappers: set threads, call one function, return paths.
+
+Results are cached on the hash of the inputs (and the task's source), so an identical
+re-run skips finished work; the functions underneath are idempotent on their output
+folders too, so a run killed half-way resumes without redoing finished variants.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import INPUTS, TASK_SOURCE
+
+from quantgate.conf.methods import VariantSpec
+from quantgate.conf.schema import GateConf, TrafficConf
+from quantgate.tasks.calibrate import CalibrationResult, calibrate_file, calibration_drift
+from quantgate.tasks.evaluate import EvalResult, evaluate_checkpoint
+from quantgate.tasks.gate import GateDecision, VariantScores, decide
+from quantgate.tasks.model_source import ModelRef, resolve_model
+from quantgate.tasks.modeling import set_threads
+from quantgate.tasks.prepare_traffic import PreparedTraffic, prepare_traffic
+from quantgate.tasks.publish import PublishInputs, RunRecord, publish_run
+from quantgate.tasks.quantize.run import QuantizeResult, quantize_variant
+from quantgate.tasks.size import checkpoint_size
+
+CACHED = {"cache_policy": INPUTS + TASK_SOURCE, "persist_result": True}
+
+
+@task(name="calibrate", task_run_name="calibrate", **CACHED)
+def calibrate_task(*, model_path: str, calibration_path: str, out_dir: str, max_seq_len: int,
+                   top_k: int, num_cpus: float) -> CalibrationResult:
+    set_threads(num_cpus)
+    return calibrate_file(model_path, calibration_path, out_dir, max_seq_len=max_seq_len,
+                          top_k=top_k)
+
+
+@task(name="quantize", task_run_name="quantize-{spec.name}", **CACHED)
+def quantize_task(*, spec: VariantSpec, model_path: str, calibration_path: str, out_dir: str,
+                  max_seq_len: int) -> QuantizeResult:
+    set_threads(spec.resources.num_cpus)
+    return quantize_variant(spec, model_path=model_path, calibration_path=calibration_path,
+                            out_dir=out_dir, max_seq_len=max_seq_len)
+
+
+@task(name="evaluate", task_run_name="evaluate-{variant}", **CACHED)
+def evaluate_task(*, variant: str, checkpoint: str, heldout_path: str, out_path: str,
+                  window: int, batch_size: int, num_cpus: float) -> EvalResult:
+    set_threads(num_cpus)
+    return evaluate_checkpoint(checkpoint, heldout_path, out_path, window=window,
+                               batch_size=batch_size)
+
+
+# Driver-side steps: cheap, run inline in the flow's process (called, not submitted).
+
+@task(name="resolve-model")
+def resolve_model_task(*, name: str, cache_dir: str) -> ModelRef:
+    return resolve_model(name, Path(cache_dir))
+
+
+@task(name="prepare-traffic")
+def prepare_traffic_task(*, conf: TrafficConf, out_root: str) -> PreparedTraffic:
+    return prepare_traffic(conf, Path(out_root))
+
+
+@task(name="calibration-drift")
+def drift_task(*, stats_path: str, pointer_file: str) -> float | None:
+    """Drift against the previous run's calibration (None on the first run), then move the
+    pointer to this run's stats."""
+    pointer = Path(pointer_file)
+    previous = pointer.read_text().strip() if pointer.is_file() else None
+    drift = None
+    if previous and previous != stats_path and Path(previous).is_file():
+        drift = calibration_drift(previous, stats_path)
+    pointer.write_text(stats_path)
+    return drift
+
+
+@task(name="score-variant")
+def score_variant_task(*, name: str, method: str, control: bool, checkpoint: str | None,
+                       eval_result: EvalResult | None, quantize_seconds: float,
+                       error: str = "") -> VariantScores:
+    if checkpoint is None or eval_result is None:
+        return VariantScores(name, method, control, None, error=error)
+    size = checkpoint_size(checkpoint)
+    return VariantScores(name, method, control, eval_result, size.bytes, size.bits_per_weight,
+                         quantize_seconds)
+
+
+@task(name="gate")
+def gate_task(*, baseline: EvalResult, variants: list[VariantScores], gate: GateConf,
+              min_slice_tokens: int) -> GateDecision:
+    return decide(baseline, variants, gate, min_slice_tokens=min_slice_tokens)
+
+
+@task(name="publish-mlflow")
+def publish_task(inputs: PublishInputs, **kwargs: Any) -> RunRecord:
+    return publish_run(inputs, **kwargs)

@@ -1,0 +1,22 @@
+"""Quantization methods by the name the YAML uses. Adding a method: its module + one line."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from quantgate.tasks.quantize import fp8_w8a8, int4_awq, int4_gptq, int4_rtn, kv_fp8
+
+QUANTIZERS: dict[str, ModuleType] = {
+    "fp8_w8a8": fp8_w8a8,
+    "kv_fp8": kv_fp8,
+    "int4_rtn": int4_rtn,
+    "int4_gptq": int4_gptq,
+    "int4_awq": int4_awq,
+}
+
+
+def quantizer_for(method: str) -> ModuleType:
+    try:
+        return QUANTIZERS[method]
+    except KeyError:
+        raise KeyError(f"method: unknown {method!r}; known: {', '.join(QUANTIZERS)}") from None

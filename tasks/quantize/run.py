@@ -1,0 +1,104 @@
+"""Run one variant's quantization through llm-compressor and save a compressed-tensors
+checkpoint that transformers reloads. Idempotent: a finished output (`DONE`) is reused."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from quantgate.conf.methods import VariantSpec
+from quantgate.tasks.modeling import load_causal_lm, load_tokenizer
+from quantgate.tasks.quantize.registry import quantizer_for
+from quantgate.tasks.text import encode_request
+from quantgate.tasks.traffic import read_requests
+
+VARIANT_RECORD = "quantgate_variant.json"
+
+
+class QuantizeError(RuntimeError):
+    """A variant could not be quantized; the message names the key or input to change."""
+
+
+@dataclass(frozen=True)
+class QuantizeResult:
+    checkpoint: str
+    seconds: float
+    reused: bool
+
+
+def check_group_size(model: torch.nn.Module, spec: VariantSpec) -> None:
+    group = getattr(spec, "group_size", None)
+    if group is None:
+        return
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and not any(i in name for i in spec.ignore):
+            if module.in_features % group:
+                divisors = [g for g in (32, 64, 128) if module.in_features % g == 0]
+                raise QuantizeError(
+                    f"variants[{spec.name}].group_size={group} does not divide in_features="
+                    f"{module.in_features} of {name}; use one of {divisors or 'a divisor'}"
+                )
+
+
+def quantize_variant(
+    spec: VariantSpec, *, model_path: str, calibration_path: str, out_dir: str, max_seq_len: int
+) -> QuantizeResult:
+    out = Path(out_dir)
+    if (out / "DONE").is_file():
+        record = json.loads((out / VARIANT_RECORD).read_text())
+        return QuantizeResult(str(out), record["seconds"], reused=True)
+    method = quantizer_for(spec.method)
+    model = load_causal_lm(model_path)
+    tokenizer = load_tokenizer(model_path)
+    check_group_size(model, spec)
+    dataset = None
+    if method.NEEDS_CALIBRATION:
+        dataset = _calibration_dataset(tokenizer, calibration_path, spec.num_samples, max_seq_len)
+    patches = getattr(method, "runtime_patches", contextlib.nullcontext)
+    start = time.perf_counter()
+    try:
+        with patches():
+            _oneshot(model, method.build_recipe(spec), dataset, max_seq_len)
+    except torch.OutOfMemoryError as exc:
+        raise QuantizeError(f"variants[{spec.name}]: out of memory; lower num_samples or "
+                            f"raise resources.memory_gb ({exc})") from exc
+    seconds = time.perf_counter() - start
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, save_compressed=True)
+    tokenizer.save_pretrained(tmp)
+    record = {"spec": spec.model_dump(mode="json"), "seconds": seconds, "model": model_path,
+              "calibration": calibration_path, "samples": len(dataset or [])}
+    (tmp / VARIANT_RECORD).write_text(json.dumps(record, indent=1))
+    (tmp / "DONE").touch()
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return QuantizeResult(str(out), seconds, reused=False)
+
+
+def _calibration_dataset(tokenizer: Any, path: str, n: int, max_len: int) -> Any:
+    from datasets import Dataset
+
+    requests = read_requests(Path(path))[:n]
+    rows = []
+    for r in requests:
+        ids = encode_request(tokenizer, r).input_ids[:max_len]
+        rows.append({"input_ids": ids, "attention_mask": [1] * len(ids)})
+    return Dataset.from_list(rows)
+
+
+def _oneshot(model: Any, recipe: list[Any], dataset: Any, max_seq_len: int) -> None:
+    from llmcompressor import oneshot
+
+    kwargs: dict[str, Any] = {"model": model, "recipe": recipe}
+    if dataset is not None:
+        kwargs |= {"dataset": dataset, "max_seq_length": max_seq_len,
+                   "num_calibration_samples": len(dataset)}
+    oneshot(**kwargs)

@@ -1,0 +1,50 @@
+"""What a checkpoint costs: total tensor bytes, and bits per weight of its Linear layers
+counting everything stored for them (packed codes, scales, zero points, shapes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from safetensors import safe_open
+
+_DTYPE_BITS = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "I32": 32, "I16": 16,
+               "I8": 8, "U8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "BOOL": 8}
+_LINEAR_TENSORS = ("weight", "weight_packed", "weight_scale", "weight_zero_point", "weight_shape",
+                   "weight_g_idx")
+
+
+@dataclass(frozen=True)
+class CheckpointSize:
+    bytes: int  # every tensor in the checkpoint
+    linear_weights: int  # weights of the transformer blocks' Linear layers
+    bits_per_weight: float  # bits stored for those layers / their weights
+
+
+def checkpoint_size(checkpoint: str) -> CheckpointSize:
+    files = sorted(Path(checkpoint).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{checkpoint}: no *.safetensors files")
+    total_bits = linear_bits = weights = 0
+    for file in files:
+        with safe_open(str(file), "pt") as f:
+            for key in f.keys():
+                s = f.get_slice(key)
+                numel = 1
+                for d in s.get_shape():
+                    numel *= d
+                bits = numel * _DTYPE_BITS[s.get_dtype()]
+                total_bits += bits
+                module, _, leaf = key.rpartition(".")
+                if ".layers." not in f".{module}" or leaf not in _LINEAR_TENSORS:
+                    continue
+                if leaf == "weight" and len(s.get_shape()) != 2:
+                    continue  # a norm's weight, not a Linear's
+                linear_bits += bits
+                if leaf == "weight":
+                    weights += numel
+                elif leaf == "weight_shape":
+                    rows, cols = f.get_tensor(key).tolist()
+                    weights += rows * cols
+    bpw = linear_bits / weights if weights else float("nan")
+    return CheckpointSize(total_bits // 8, weights, bpw)

@@ -1,0 +1,79 @@
+"""The traffic-log record (DESIGN.md "Traffic log"): the shape an OpenAI-compatible gateway logs.
+
+Extra fields are allowed (gateways add their own); the fields we use are typed strictly.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+
+NonEmpty = Annotated[StrictStr, Field(min_length=1)]
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class Message(_Open):
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: NonEmpty
+
+
+class RequestBody(_Open):
+    model: StrictStr | None = None
+    messages: Annotated[list[Message], Field(min_length=1)] | None = None
+    prompt: NonEmpty | None = None
+    max_tokens: StrictInt | None = None
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> RequestBody:
+        if self.messages is None and self.prompt is None:
+            raise ValueError("needs `messages` (chat) or `prompt` (completions)")
+        if self.messages is not None and not any(m.role == "user" for m in self.messages):
+            raise ValueError("messages: no user message")
+        return self
+
+
+class Choice(_Open):
+    message: Message | None = None
+    text: NonEmpty | None = None
+
+    @property
+    def content(self) -> str | None:
+        return self.message.content if self.message is not None else self.text
+
+
+class ResponseBody(_Open):
+    choices: Annotated[list[Choice], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _has_answer(self) -> ResponseBody:
+        if self.choices[0].content is None:
+            raise ValueError("choices[0] has neither message.content nor text")
+        return self
+
+
+class Labels(_Open):
+    domain: NonEmpty | None = None
+    lang: NonEmpty | None = None
+
+
+class TrafficRecord(_Open):
+    id: NonEmpty
+    ts: datetime
+    tenant: NonEmpty
+    request: RequestBody
+    response: ResponseBody
+    latency_ms: Annotated[float, Field(ge=0)] | None = None
+    labels: Labels | None = None
+
+    def prompt_messages(self) -> list[dict[str, str]]:
+        if self.request.messages is not None:
+            return [{"role": m.role, "content": m.content} for m in self.request.messages]
+        return [{"role": "user", "content": self.request.prompt or ""}]
+
+    def answer(self) -> str:
+        return self.response.choices[0].content or ""

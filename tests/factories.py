@@ -1,0 +1,80 @@
+"""Test inputs built here, no download: traffic records and a tiny Llama with its own tokenizer."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+_TOPICS = {
+    "code": ("Write a python function that returns the sum of a list.",
+             "def total(xs):\n    return sum(xs)"),
+    "math": ("Tom has 3 apples and buys 4 more. How many apples does he have?",
+             "3 + 4 = 7. The answer is 7."),
+    "support": ("My order has not arrived, can I get a refund?",
+                "I am sorry about the delay. I have opened a refund request for your order."),
+}
+
+
+def record(i: int, *, tenant: str = "acme", domain: str = "code", lang: str = "en",
+           prompt: str | None = None, answer: str | None = None, labels: bool = True) -> dict[str, Any]:
+    p, a = _TOPICS.get(domain, _TOPICS["code"])
+    rec: dict[str, Any] = {
+        "id": f"r-{i:05d}", "ts": f"2026-11-28T10:{i // 60 % 60:02d}:{i % 60:02d}Z", "tenant": tenant,
+        "request": {"model": "m", "messages": [{"role": "user", "content": prompt or f"{p} ({i})"}],
+                    "max_tokens": 64},
+        "response": {"choices": [{"message": {"role": "assistant", "content": answer or a}}]},
+        "latency_ms": 100,
+    }
+    if labels:
+        rec["labels"] = {"domain": domain, "lang": lang}
+    return rec
+
+
+def write_traffic(path: Path, records: list[dict[str, Any]], extra_lines: list[bytes] = ()) -> Path:
+    with path.open("wb") as f:
+        for r in records:
+            f.write(json.dumps(r).encode() + b"\n")
+        for line in extra_lines:
+            f.write(line + b"\n")
+    return path
+
+
+def mixed_records(n: int, seed: int = 0) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    tenants, domains = ("acme", "globex", "initech"), tuple(_TOPICS)
+    return [record(i, tenant=rng.choice(tenants), domain=rng.choice(domains)) for i in range(n)]
+
+
+def tiny_llama(path: Path, *, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
+    """A randomly initialised Llama (hidden 64, 2 layers) with a BPE tokenizer trained here."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    corpus = [t for pair in _TOPICS.values() for t in pair] * 4 + [
+        "The quick brown fox jumps over the lazy dog. 0123456789 {}[]():,.\"'"]
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(vocab_size=384, special_tokens=special,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>",
+                                   eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = CHAT_TEMPLATE
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(fast), hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=512, tie_word_embeddings=True)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(path)
+    fast.save_pretrained(path)
+    return path
