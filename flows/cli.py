@@ -70,7 +70,8 @@ def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
 
     start = time.perf_counter()
     with prefect_server(state, config.runtime.prefect_port, ui=False) as server, ray_cluster(
-        address=config.runtime.ray_address, num_cpus=config.runtime.ray_num_cpus, env=env
+        address=config.runtime.ray_address, num_cpus=config.runtime.ray_num_cpus, env=env,
+        state_dir=state,
     ):
         state_obj = quantize_and_gate(config, return_state=True)
     if state_obj.is_failed():

@@ -124,7 +124,8 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
             errors[name] = err
             print(f"      {name}: FAILED: {err}")
             continue
-        print(f"      {name}: quantized in {q.seconds:.1f} s{' (reused)' if q.reused else ''}")
+        reused = q.reused or fut.state.name == "Cached"
+        print(f"      {name}: quantized in {q.seconds:.1f} s{' (reused)' if reused else ''}")
         with remote_options(num_cpus=ev.num_cpus):
             eval_fs[name] = evaluate_task.submit(
                 variant=name, checkpoint=q.checkpoint, heldout_path=traffic.heldout_path,

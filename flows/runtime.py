@@ -26,7 +26,7 @@ QUIET_ENV = {
     "TOKENIZERS_PARALLELISM": "false",
     "PREFECT_SERVER_API_HOST": "127.0.0.1",
     "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
-    "PREFECT_LOGGING_LEVEL": "WARNING",
+    "PREFECT_LOGGING_LEVEL": "INFO",
     "PREFECT_LOGGING_LOG_PRINTS": "true",
 }
 
@@ -118,14 +118,22 @@ def ray_init_kwargs(*, address: str, num_cpus: int, env: dict[str, str]) -> dict
 
 
 @contextlib.contextmanager
-def ray_cluster(*, address: str, num_cpus: int, env: dict[str, str]) -> Iterator[None]:
+def ray_cluster(*, address: str, num_cpus: int, env: dict[str, str], state_dir: Path) -> Iterator[None]:
     import ray
 
     if ray.is_initialized():
         yield
         return
     env = {**env, "PREFECT_API_URL": os.environ.get("PREFECT_API_URL", "")}
-    ray.init(**ray_init_kwargs(address=address, num_cpus=num_cpus, env=env))
+    # Ray puts the driver's working directory first on every worker's sys.path. From the repo
+    # root that would make our `kernels/` folder shadow the PyPI `kernels` package that
+    # transformers probes for, so the driver starts Ray from the state dir instead.
+    cwd = os.getcwd()
+    os.chdir(state_dir)
+    try:
+        ray.init(**ray_init_kwargs(address=address, num_cpus=num_cpus, env=env))
+    finally:
+        os.chdir(cwd)
     try:
         yield
     finally:

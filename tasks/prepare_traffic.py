@@ -1,6 +1,7 @@
 """Traffic log -> calibration and held-out sets on disk, with a quarantine file and a summary.
 
-The output folder is named by the hash of the log and the traffic config, so an identical
+The output folder is named by the hash of the log, the traffic config and the code that
+reads it, so an identical
 re-run finds the same files (and every downstream cache key stays the same).
 """
 
@@ -13,8 +14,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from quantgate.conf.schema import TrafficConf
+from quantgate.tasks import redact, sampling, slices, traffic, traffic_schema
 from quantgate.tasks.sampling import stratified_split
 from quantgate.tasks.traffic import load_traffic, write_quarantine, write_requests
+
+_LOGIC = (redact, sampling, slices, traffic, traffic_schema)
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,8 @@ class PreparedTraffic:
 def prepare_traffic(conf: TrafficConf, out_root: Path) -> PreparedTraffic:
     digest = hashlib.sha256(conf.path.read_bytes() if conf.path.is_file() else b"")
     digest.update(conf.model_dump_json().encode())
+    for module in _LOGIC:  # a change in how traffic is read or split makes a new folder
+        digest.update(Path(module.__file__ or "").read_bytes())
     out = out_root / digest.hexdigest()[:16]
     summary_path = out / "traffic_summary.json"
     if summary_path.is_file():

@@ -11,7 +11,6 @@ from pathlib import Path
 from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
 
-from quantgate.tasks.evaluate import EvalResult
 from quantgate.tasks.gate import GateDecision, VariantScores
 from quantgate.tasks.tracking import (
     ensure_experiment,

@@ -112,12 +112,13 @@ def _to_request(record: TrafficRecord, buckets: Sequence[int], pii: Counter[str]
 
     messages = [{"role": m["role"], "content": clean(m["content"])} for m in record.prompt_messages()]
     user_text = "\n".join(m["content"] for m in messages if m["role"] == "user")
+    prompt_text = "\n".join(m["content"] for m in messages)  # system prompts name the tools
     labels = record.labels
     inferred = []
     domain = labels.domain if labels and labels.domain else None
     lang = labels.lang if labels and labels.lang else None
     if domain is None:
-        domain, inferred = infer_domain(user_text), [*inferred, "domain"]
+        domain, inferred = infer_domain(prompt_text), [*inferred, "domain"]
     if lang is None:
         lang, inferred = infer_lang(user_text), [*inferred, "lang"]
     slices = {

@@ -55,7 +55,7 @@ def mixed_records(n: int, seed: int = 0) -> list[dict[str, Any]]:
 def tiny_llama(path: Path, *, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
     """A randomly initialised Llama (hidden 64, 2 layers) with a BPE tokenizer trained here."""
     import torch
-    from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     corpus = [t for pair in _TOPICS.values() for t in pair] * 4 + [

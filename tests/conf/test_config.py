@@ -1,0 +1,70 @@
+from pathlib import Path
+
+import pytest
+
+from quantgate.conf.load import ConfigError, load_config
+from quantgate.conf.methods import METHOD_NAMES
+from quantgate.tasks.quantize.registry import QUANTIZERS
+
+CONF_DIR = Path(__file__).parents[2] / "conf"
+
+
+@pytest.mark.parametrize("path", sorted(CONF_DIR.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_profile_validates(path):
+    config = load_config(path)
+    assert config.variants
+    for v in config.variants:
+        assert v.method in QUANTIZERS
+
+
+def test_default_is_embedded_and_points_at_shipped_traffic():
+    config = load_config()
+    assert config.traffic.path.is_file(), config.traffic.path
+    assert {v.method for v in config.variants} == set(METHOD_NAMES)
+
+
+def test_registry_and_config_know_the_same_methods():
+    assert set(QUANTIZERS) == set(METHOD_NAMES)
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_unknown_key_is_named(tmp_path):
+    p = _write(tmp_path, "variants: [{name: a, method: fp8_w8a8}]\ngate: {recovry: 0.9}\n")
+    with pytest.raises(ConfigError, match=r"gate\.recovry: unknown key"):
+        load_config(p)
+
+
+def test_unknown_method_names_the_variant(tmp_path):
+    p = _write(tmp_path, "variants: [{name: mine, method: int3_magic}]\n")
+    with pytest.raises(ConfigError, match=r"variants\[mine\]\.method: unknown or missing method"):
+        load_config(p)
+
+
+def test_bad_param_names_variant_and_key(tmp_path):
+    p = _write(tmp_path, "variants: [{name: g, method: int4_gptq, group_size: 4}]\n")
+    with pytest.raises(ConfigError, match=r"variants\[g\]\.group_size"):
+        load_config(p)
+
+
+def test_duplicate_names_rejected(tmp_path):
+    p = _write(tmp_path, "variants: [{name: a, method: fp8_w8a8}, {name: a, method: kv_fp8}]\n")
+    with pytest.raises(ConfigError, match="duplicate name"):
+        load_config(p)
+
+
+def test_relative_traffic_path_resolves_against_the_yaml(tmp_path):
+    p = _write(tmp_path, "traffic: {path: t.jsonl}\nvariants: [{name: a, method: fp8_w8a8}]\n")
+    assert load_config(p).traffic.path == tmp_path / "t.jsonl"
+
+
+def test_select_keeps_named_variants_and_rejects_unknown():
+    config = load_config()
+    assert [v.name for v in config.select(["int4_rtn", "fp8_w8a8"]).variants] == [
+        "int4_rtn", "fp8_w8a8"]
+    with pytest.raises(ValueError, match="unknown"):
+        config.select(["nope"])

@@ -1,0 +1,28 @@
+"""Shared fixtures. Every process a test starts writes under a temp dir, never $HOME."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # for `factories`
+
+_SESSION_HOME = Path(os.environ.get("QG_TEST_HOME", "/tmp/quantgate-tests"))
+for key, sub in {"HOME": "home", "PREFECT_HOME": "prefect", "HF_HOME": "hf", "RAY_TMPDIR": "ray"}.items():
+    os.environ[key] = str(_SESSION_HOME / sub)
+    (_SESSION_HOME / sub).mkdir(parents=True, exist_ok=True)
+for key, value in {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "DO_NOT_TRACK": "true",
+                   "MLFLOW_DISABLE_TELEMETRY": "true", "RAY_USAGE_STATS_ENABLED": "0",
+                   "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "TOKENIZERS_PARALLELISM": "false"
+                   }.items():
+    os.environ.setdefault(key, value)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> str:
+    from factories import tiny_llama
+
+    return str(tiny_llama(tmp_path_factory.mktemp("tiny") / "model"))

@@ -1,0 +1,122 @@
+"""The flow through the CLI on a tiny Llama: real Prefect server, real Ray, MLflow on SQLite."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from quantgate.tasks.tracking import alias_history
+
+from factories import mixed_records, write_traffic
+
+VARIANTS = [
+    {"name": "fp8_w8a8", "method": "fp8_w8a8"},
+    {"name": "kv_fp8", "method": "kv_fp8", "num_samples": 4},
+    {"name": "int4_gptq", "method": "int4_gptq", "group_size": 32, "num_samples": 4},
+    {"name": "int4_rtn", "method": "int4_rtn", "group_size": 32, "control": True},
+    {"name": "bad_group", "method": "int4_rtn", "group_size": 48},
+]
+
+
+def _config(tmp_path, model, port):
+    traffic = write_traffic(tmp_path / "traffic.jsonl", mixed_records(120),
+                            [b"not json", b'{"id": "x"}'])
+    conf = {"model": {"name": model, "served_name": "tiny"},
+            "traffic": {"path": str(traffic), "calibration_size": 12, "heldout_size": 36},
+            "calibration": {"max_seq_len": 64},
+            "eval": {"window": 64, "batch_size": 8, "min_slice_tokens": 50},
+            "variants": VARIANTS,
+            "runtime": {"state_dir": str(tmp_path / "state"), "prefect_port": port}}
+    path = tmp_path / "conf.yaml"
+    path.write_text(yaml.safe_dump(conf))
+    return path
+
+
+def _cli(*args, **kw):
+    exe = Path(sys.executable).parent / "quantgate"
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
+    return subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env, **kw)
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory, tiny_model):
+    tmp = tmp_path_factory.mktemp("flow")
+    conf = _config(tmp, tiny_model, 4291)
+    proc = _cli("run", "--config", str(conf))
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    return tmp, conf, out
+
+
+def test_run_prints_table_and_addresses(first_run):
+    _, _, out = first_run
+    for stage in ("[1/6]", "[4/6]", "[6/6]"):
+        assert stage in out
+    assert "| baseline |" in out and "| int4_gptq |" in out
+    assert "FAILED: QuantizeError: variants[bad_group].group_size=48" in out
+    assert "MLflow:  sqlite:///" in out and "Prefect: flow run" in out
+
+
+def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
+    tmp, _, _ = first_run
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'state' / 'mlflow.db'}")
+    (exp,) = [e for e in client.search_experiments() if e.name == "model"]
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.data.metrics["traffic.quarantined"] == 2
+    children = {r.data.tags["variant"]: r for r in runs if r.data.tags.get("mlflow.parentRunId")
+                == parent.info.run_id}
+    assert set(children) == {"baseline", *(v["name"] for v in VARIANTS)}
+    assert children["bad_group"].info.status == "FAILED"
+    assert "group_size=48" in children["bad_group"].data.tags["error"]
+    gptq = children["int4_gptq"].data
+    assert gptq.tags["calibration_hash"] == parent.data.tags["calibration_hash"]
+    for key in ("ppl", "ppl.domain.code", "ppl.tenant.acme", "recovery.ppl", "gate.passed",
+                "size.bytes", "size.bits_per_weight"):
+        assert key in gptq.metrics, key
+    assert children["kv_fp8"].data.metrics["eval.kv_cache_quantized_layers"] == 2
+    winner = parent.data.tags["gate.winner"]
+    passed = {n for n, r in children.items() if r.data.metrics.get("gate.passed") == 1.0}
+    versions = client.search_model_versions("name='tiny'")
+    assert {v.tags["variant"] for v in versions} == passed
+    if winner != "none":
+        assert client.get_model_version_by_alias("tiny", "canary").tags["variant"] == winner
+        assert alias_history(client, "tiny")[-1]["alias"] == "canary"
+    artifacts = {f.path for f in client.list_artifacts(parent.info.run_id)}
+    assert {"gate_report.md", "quarantine.jsonl"} <= artifacts
+
+
+def test_identical_rerun_reuses_every_variant(first_run):
+    _, conf, _ = first_run
+    proc = _cli("run", "--config", str(conf), "--variants", "fp8_w8a8,int4_gptq")
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out[-3000:]
+    assert out.count("(reused)") + out.count("cached") >= 2 or "Cached" in out, out[-3000:]
+
+
+def test_killed_run_resumes_without_redoing_finished_variants(tmp_path, tiny_model):
+    conf = _config(tmp_path, tiny_model, 4292)
+    proc = _cli("run", "--config", str(conf), start_new_session=True)
+    variants = tmp_path / "state" / "variants"
+    deadline = time.monotonic() + 300
+    while not list(variants.glob("*/DONE")):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done = {p.parent.name: p.stat().st_mtime_ns for p in variants.glob("*/DONE")}
+    rerun = _cli("run", "--config", str(conf))
+    out, _ = rerun.communicate(timeout=600)
+    assert rerun.returncode == 0, out[-3000:]
+    for name, mtime in done.items():
+        assert (variants / name / "DONE").stat().st_mtime_ns == mtime, name
+    assert out.count("(reused)") >= len(done)
