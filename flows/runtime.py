@@ -72,7 +72,10 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[PrefectServer]:
-    """Reuse a healthy server on `port`, else start one (its SQLite under state_dir)."""
+    """Reuse a healthy server on `port`, else start one (its SQLite under state_dir).
+
+    Services stay on: task runs executed on Ray workers reach the server as events, and the
+    server's task-run recorder service is what turns them into task runs in the UI."""
     if os.environ.get("PREFECT_API_URL"):
         api = os.environ["PREFECT_API_URL"].rstrip("/")
         yield PrefectServer(api, api.removesuffix("/api"), None)
@@ -87,7 +90,7 @@ def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[P
         api = f"http://127.0.0.1:{port}/api"
     log = (state_dir / "prefect-server.log").open("ab")
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-           "--port", str(port), "--no-services", "--ui" if ui else "--no-ui", "--analytics-off"]
+           "--port", str(port), "--ui" if ui else "--no-ui", "--analytics-off"]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
     try:
         deadline = time.monotonic() + 90

@@ -69,15 +69,30 @@ def request_nlls(
             input_ids[row, : len(ids)] = torch.tensor(ids)
             mask[row, : len(ids)] = 1
             labels[row, first : len(ids)] = input_ids[row, first : len(ids)]
-        logits = model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits
-        # [B, T-1, V] predicts [B, T-1]: position t scores token t+1
-        nll = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), labels[:, 1:],
-                              reduction="none", ignore_index=-100)  # [B, T-1]
-        scored = (labels[:, 1:] != -100)
+        targets = labels[:, 1:]  # position t predicts token t+1
+        scored = targets != -100  # [B, T-1]
+        logits = _scored_logits(model, input_ids, mask, scored)  # [N, V], N scored positions
+        nll = F.cross_entropy(logits.float(), targets[scored], reduction="none")  # [N]
+        rows = scored.nonzero()[:, 0]  # [N] batch row of each scored position
+        per_row = torch.zeros(len(batch), dtype=torch.float64).index_add_(0, rows, nll.double())
         for row, (i, _, _) in enumerate(batch):
-            totals[i][0] += float(nll[row][scored[row]].sum())
+            totals[i][0] += float(per_row[row])
             totals[i][1] += int(scored[row].sum())
     return [(s, int(n)) for s, n in totals]
+
+
+def _scored_logits(
+    model: torch.nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, scored: torch.Tensor
+) -> torch.Tensor:
+    """Logits at the scored positions only. The vocabulary projection is the largest matmul
+    of a small model (49152 x 576 on SmolLM2) and most positions are prompt tokens, so it is
+    applied to the scored hidden states alone; models that post-process logits (soft-capping,
+    logit scaling) take the plain full forward."""
+    config = model.config
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        return model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits[:, :-1][scored]
+    hidden = model.base_model(input_ids=input_ids, attention_mask=mask, use_cache=False)
+    return model.get_output_embeddings()(hidden.last_hidden_state[:, :-1][scored])  # [N, V]
 
 
 def aggregate(nlls: list[tuple[float, int]], slices: list[dict[str, str]]) -> tuple[
