@@ -13,7 +13,7 @@ with its dotted path. Sample (the whole default lives in `conf/default.yaml`)::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -63,6 +63,8 @@ class CalibrationConf(Strict):
 class EvalConf(Strict):
     """Token perplexity on held-out traffic: fixed windows over the assistant responses."""
 
+    dtype: Literal["float32", "bfloat16"] = Field(
+        default="float32", description="one dtype for baseline and every variant")
     window: Annotated[int, Field(ge=16)] = 512
     batch_size: Annotated[int, Field(ge=1)] = 8
     min_slice_tokens: Annotated[int, Field(ge=1)] = 300

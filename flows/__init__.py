@@ -1,7 +1,1 @@
-"""quantgate.flows (see DESIGN.md for what lives here)."""
-
-# Installed as `quantgate.flows`. Under its bare folder name (the repo root on sys.path) this
-# would shadow or impersonate other packages -- `kernels` is a real PyPI package that
-# transformers probes for -- so refuse.
-if __name__ != "quantgate.flows":
-    raise ImportError(f"import quantgate.flows, not {__name__!r}: the repo folders are not packages")
+"""quantgate.flows (see DESIGN.md for what lives here). Installed as `quantgate.flows` only."""

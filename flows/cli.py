@@ -63,17 +63,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
-    # Imported here: prefect, ray and mlflow read their settings from the environment on import.
-    from quantgate.flows.quantize_and_gate import quantize_and_gate
     from quantgate.flows.runtime import prefect_server, ray_cluster
-    from quantgate.tasks.report import HEADER, markdown_table
 
     start = time.perf_counter()
-    with prefect_server(state, config.runtime.prefect_port, ui=False) as server, ray_cluster(
-        address=config.runtime.ray_address, num_cpus=config.runtime.ray_num_cpus, env=env,
-        state_dir=state,
-    ):
-        state_obj = quantize_and_gate(config, return_state=True)
+    with prefect_server(state, config.runtime.prefect_port, ui=False) as server:
+        # Imported only now: prefect reads PREFECT_API_URL once, on import; read earlier, it
+        # would start a temporary server of its own instead of using this one.
+        from quantgate.flows.quantize_and_gate import quantize_and_gate
+        from quantgate.tasks.report import HEADER, markdown_table
+
+        with ray_cluster(address=config.runtime.ray_address, num_cpus=config.runtime.ray_num_cpus,
+                         env=env, state_dir=state):
+            state_obj = quantize_and_gate(config, return_state=True)
     if state_obj.is_failed():
         exc = state_obj.result(raise_on_failure=False)
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -92,6 +92,15 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
     print(f"      {traffic.valid} valid, {traffic.quarantined} quarantined -> "
           f"{traffic.quarantine_path}; PII redacted: {traffic.pii_redacted}")
 
+    def submit_eval(variant: str, checkpoint: str, out_dir: str) -> PrefectFuture[Any]:
+        # One result file per (held-out set, dtype) next to what was evaluated.
+        out = Path(out_dir) / f"eval-{Path(traffic.heldout_path).parent.name}-{ev.dtype}.json"
+        with remote_options(num_cpus=ev.num_cpus):
+            return evaluate_task.submit(
+                variant=variant, checkpoint=checkpoint, heldout_path=traffic.heldout_path,
+                out_path=str(out), window=ev.window, batch_size=ev.batch_size, dtype=ev.dtype,
+                num_cpus=ev.num_cpus)
+
     print("[3/6] calibration and baseline evaluation (Ray)")
     with remote_options(num_cpus=ev.num_cpus):
         calib_f = calibrate_task.submit(
@@ -99,10 +108,7 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
             out_dir=str(state / "calibration" / f"{traffic.calibration_hash}-{model.digest[:12]}"),
             max_seq_len=config.calibration.max_seq_len, top_k=config.calibration.top_outliers,
             num_cpus=ev.num_cpus)
-        base_f = evaluate_task.submit(
-            variant="baseline", checkpoint=model.path, heldout_path=traffic.heldout_path,
-            out_path=str(Path(traffic.heldout_path).parent / f"eval-baseline-{model.digest[:12]}.json"),
-            window=ev.window, batch_size=ev.batch_size, num_cpus=ev.num_cpus)
+        base_f = submit_eval("baseline", model.path, str(state / "evals" / model.digest[:16]))
 
     print(f"[4/6] quantizing {len(config.variants)} variants (Ray)")
     errors: dict[str, str] = {}
@@ -130,11 +136,7 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
             continue
         reused = q.reused or fut.state.name == "Cached"
         print(f"      {name}: quantized in {q.seconds:.1f} s{' (reused)' if reused else ''}")
-        with remote_options(num_cpus=ev.num_cpus):
-            eval_fs[name] = evaluate_task.submit(
-                variant=name, checkpoint=q.checkpoint, heldout_path=traffic.heldout_path,
-                out_path=str(Path(q.checkpoint) / f"eval-{Path(traffic.heldout_path).parent.name}.json"),
-                window=ev.window, batch_size=ev.batch_size, num_cpus=ev.num_cpus)
+        eval_fs[name] = submit_eval(name, q.checkpoint, q.checkpoint)
 
     print("[5/6] evaluating (perplexity by slice)")
     baseline_eval = base_f.result()
@@ -165,7 +167,7 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
     rows = comparison_rows(baseline_eval, baseline.size_bytes, baseline.bits_per_weight,
                            scores, decision)
     report = gate_report(model=model.name, rows=rows, decision=decision, gate=config.gate,
-                         heldout_requests=sum(1 for _ in open(traffic.heldout_path)),
+                         heldout_requests=traffic.heldout,
                          heldout_tokens=baseline_eval.tokens, min_slice_tokens=ev.min_slice_tokens)
     flow_run_id = str(runtime.flow_run.id)
     uri = tracking_uri(config.runtime.mlflow_tracking_uri, state)

@@ -1,7 +1,1 @@
-"""quantgate.kernels (see DESIGN.md for what lives here)."""
-
-# Installed as `quantgate.kernels`. Under its bare folder name (the repo root on sys.path) this
-# would shadow or impersonate other packages -- `kernels` is a real PyPI package that
-# transformers probes for -- so refuse.
-if __name__ != "quantgate.kernels":
-    raise ImportError(f"import quantgate.kernels, not {__name__!r}: the repo folders are not packages")
+"""quantgate.kernels (see DESIGN.md for what lives here). Installed as `quantgate.kernels` only."""

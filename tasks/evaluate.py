@@ -4,7 +4,7 @@ Each request is the model's chat template over prompt + served answer. Its token
 into fixed, non-overlapping windows of `window` tokens; the answer tokens of each window are
 scored (the first token of a window has no context and is not). PPL = exp(total NLL / scored
 tokens), summed over the requests of a slice. Baseline and every variant go through this
-one function, in fp32.
+one function, in one dtype (`eval.dtype`, fp32 by default).
 """
 
 from __future__ import annotations
@@ -113,12 +113,13 @@ def count_kv_quantized_layers(model: torch.nn.Module) -> int:
 
 
 def evaluate_checkpoint(
-    checkpoint: str, heldout_path: str, out_path: str, *, window: int, batch_size: int
+    checkpoint: str, heldout_path: str, out_path: str, *, window: int, batch_size: int,
+    dtype: str = "float32",
 ) -> EvalResult:
     start = time.perf_counter()
     requests = read_requests(Path(heldout_path))
     tokenizer = load_tokenizer(checkpoint)
-    model = load_causal_lm(checkpoint)
+    model = load_causal_lm(checkpoint, dtype)
     encoded = [encode_request(tokenizer, r) for r in requests]
     nlls = request_nlls(model, encoded, window=window, batch_size=batch_size)
     overall, slices = aggregate(nlls, [r.slices for r in requests])

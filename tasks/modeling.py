@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-EVAL_DTYPE = torch.float32
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def set_threads(num_cpus: float) -> None:
@@ -23,10 +23,18 @@ def load_tokenizer(path: str) -> Any:
     return AutoTokenizer.from_pretrained(path)
 
 
-def load_causal_lm(path: str) -> torch.nn.Module:
-    """Any checkpoint transformers reads (plain or compressed-tensors), fp32, eval mode."""
-    from transformers import AutoModelForCausalLM
+def load_causal_lm(path: str, dtype: str = "float32") -> torch.nn.Module:
+    """Any checkpoint transformers reads (plain or compressed-tensors), in eval mode.
 
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=EVAL_DTYPE)
+    Compressed-tensors weights are dequantized at load (`dequantize=True`) rather than by the
+    hook that waits for the first forward of the top-level model: evaluation runs the decoder
+    on its own. Activation and KV-cache quantization stay in place either way."""
+    from transformers import AutoConfig, AutoModelForCausalLM, CompressedTensorsConfig
+
+    kwargs = {}
+    quant = getattr(AutoConfig.from_pretrained(path), "quantization_config", None) or {}
+    if isinstance(quant, dict) and quant.get("quant_method") == "compressed-tensors":
+        kwargs["quantization_config"] = CompressedTensorsConfig(dequantize=True)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **kwargs)
     model.eval()
     return model

@@ -46,10 +46,10 @@ def quantize_task(*, spec: VariantSpec, model_path: str, calibration_path: str, 
 
 @task(name="evaluate", task_run_name="evaluate-{variant}", **CACHED)
 def evaluate_task(*, variant: str, checkpoint: str, heldout_path: str, out_path: str,
-                  window: int, batch_size: int, num_cpus: float) -> EvalResult:
+                  window: int, batch_size: int, dtype: str, num_cpus: float) -> EvalResult:
     set_threads(num_cpus)
     return evaluate_checkpoint(checkpoint, heldout_path, out_path, window=window,
-                               batch_size=batch_size)
+                               batch_size=batch_size, dtype=dtype)
 
 
 # Driver-side steps: cheap, run inline in the flow's process (called, not submitted).

@@ -30,6 +30,8 @@ class PreparedTraffic:
     calibration_hash: str
     valid: int
     quarantined: int
+    calibration: int
+    heldout: int
     pii_redacted: dict[str, int]
 
 
@@ -55,7 +57,8 @@ def prepare_traffic(conf: TrafficConf, out_root: Path) -> PreparedTraffic:
         calibration_path=str(cal), heldout_path=str(held), quarantine_path=str(quarantine),
         summary_path=str(summary_path),
         calibration_hash=hashlib.sha256(cal.read_bytes()).hexdigest()[:16],
-        valid=len(loaded.requests), quarantined=len(loaded.quarantined), pii_redacted=loaded.pii,
+        valid=len(loaded.requests), quarantined=len(loaded.quarantined),
+        calibration=len(split.calibration), heldout=len(split.heldout), pii_redacted=loaded.pii,
     )
     counts = {key: dict(Counter(r.slices[key] for r in split.heldout))
               for key in ("tenant", "domain", "lang", "length")}

@@ -37,11 +37,18 @@ def test_layer_imports_only_downwards(layer):
 
 
 @pytest.mark.parametrize("name", ["kernels", "tasks", "flows", "conf"])
-def test_bare_folder_names_are_not_importable(name):
-    # Even with the repo root first on sys.path (python -c from the root does that).
-    code = f"import {name}"
-    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert run.returncode != 0
-    assert "ImportError" in run.stderr or "ModuleNotFoundError" in run.stderr
-    ok = subprocess.run([sys.executable, "-c", f"import quantgate.{name}"], cwd=ROOT)
+def test_install_exposes_only_the_quantgate_namespace(name, tmp_path):
+    # From a neutral directory (no repo root on sys.path) only `quantgate.<name>` imports.
+    bare = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert "ModuleNotFoundError" in bare.stderr
+    ok = subprocess.run([sys.executable, "-c", f"import quantgate.{name}"], cwd=tmp_path)
     assert ok.returncode == 0
+
+
+def test_repo_kernels_folder_is_not_mistaken_for_the_kernels_package():
+    # Ray workers and `python -m` put the working directory on sys.path; transformers then
+    # finds our folder under the name `kernels`. It must not take it for the hub package.
+    code = "from transformers.utils import is_kernels_available as a; print(a())"
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert run.stdout.strip() == "False", run.stderr[-2000:]
