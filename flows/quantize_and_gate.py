@@ -170,6 +170,9 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
                          heldout_requests=traffic.heldout,
                          heldout_tokens=baseline_eval.tokens, min_slice_tokens=ev.min_slice_tokens)
     flow_run_id = str(runtime.flow_run.id)
+    config_file = state / "runs" / flow_run_id / "pipeline_config.json"
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(config.model_dump_json(indent=1))
     uri = tracking_uri(config.runtime.mlflow_tracking_uri, state)
     parent_metrics = {"traffic.valid": traffic.valid, "traffic.quarantined": traffic.quarantined,
                       "calibration.tokens": calib.tokens, "baseline.ppl": baseline_eval.ppl,
@@ -182,10 +185,15 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
             artifact_root=state / "mlartifacts", model_name=model.name,
             registered_model=config.model.served_name or model.name,
             model_digest=model.digest, calibration_hash=traffic.calibration_hash,
-            params={"config": config.model_dump_json()[:6000],
+            params={"model": config.model.name, "traffic.path": str(config.traffic.path),
+                    "traffic.seed": str(config.traffic.seed),
+                    "traffic.calibration_size": str(traffic.calibration),
+                    "traffic.heldout_size": str(traffic.heldout),
+                    "gate.recovery": str(config.gate.recovery), "eval.dtype": ev.dtype,
                     "variants": ",".join(v.name for v in config.variants)},
             parent_metrics={k: float(v) for k, v in parent_metrics.items()},
-            parent_artifacts=[traffic.quarantine_path, traffic.summary_path, calib.summary_path],
+            parent_artifacts=[str(config_file), traffic.quarantine_path, traffic.summary_path,
+                              calib.summary_path],
             flow_run_id=flow_run_id),
         baseline=baseline, variants=scores, decision=decision, gate_report=report,
         checkpoints=checkpoints,

@@ -18,7 +18,7 @@ from quantgate.tasks import redact, sampling, slices, traffic, traffic_schema
 from quantgate.tasks.sampling import stratified_split
 from quantgate.tasks.traffic import load_traffic, write_quarantine, write_requests
 
-_LOGIC = (redact, sampling, slices, traffic, traffic_schema)
+_LOGIC = [m.__file__ or "" for m in (redact, sampling, slices, traffic, traffic_schema)] + [__file__]
 
 
 @dataclass(frozen=True)
@@ -38,8 +38,8 @@ class PreparedTraffic:
 def prepare_traffic(conf: TrafficConf, out_root: Path) -> PreparedTraffic:
     digest = hashlib.sha256(conf.path.read_bytes() if conf.path.is_file() else b"")
     digest.update(conf.model_dump_json().encode())
-    for module in _LOGIC:  # a change in how traffic is read or split makes a new folder
-        digest.update(Path(module.__file__ or "").read_bytes())
+    for source in _LOGIC:  # a change in how traffic is read or split makes a new folder
+        digest.update(Path(source).read_bytes())
     out = out_root / digest.hexdigest()[:16]
     summary_path = out / "traffic_summary.json"
     if summary_path.is_file():

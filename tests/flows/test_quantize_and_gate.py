@@ -120,3 +120,30 @@ def test_killed_run_resumes_without_redoing_finished_variants(tmp_path, tiny_mod
     for name, mtime in done.items():
         assert (variants / name / "DONE").stat().st_mtime_ns == mtime, name
     assert out.count("(reused)") >= len(done)
+
+
+def test_serve_registers_a_scheduled_deployment(tmp_path, tiny_model):
+    import json
+    import urllib.request
+
+    conf = _config(tmp_path, tiny_model, 4294)
+    proc = _cli("serve", "--config", str(conf), "--cron", "0 3 * * *", start_new_session=True)
+    try:
+        line = ""
+        deadline = time.monotonic() + 180
+        while "serving deployment" not in line:
+            assert time.monotonic() < deadline and proc.poll() is None, line
+            line = proc.stdout.readline()
+        deployments = []
+        while not deployments and time.monotonic() < deadline:
+            req = urllib.request.Request("http://127.0.0.1:4294/api/deployments/filter", data=b"{}",
+                                         headers={"Content-Type": "application/json"})
+            deployments = json.loads(urllib.request.urlopen(req, timeout=10).read())
+            time.sleep(0.5)
+        (dep,) = deployments
+        assert dep["name"] == "scheduled"
+        assert dep["schedules"][0]["schedule"]["cron"] == "0 3 * * *"
+        assert dep["parameters"]["config"]["traffic"]["heldout_size"] == 36
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
