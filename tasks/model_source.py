@@ -41,7 +41,9 @@ def resolve_model(name: str, cache_dir: Path) -> ModelRef:
         if not (p / "config.json").is_file():
             raise ModelSourceError(f"model.name: {p} has no config.json (not a Hugging Face model dir)")
         return ModelRef(name=p.name, path=str(p.resolve()), digest=_hash_dir(p))
-    if name.count("/") == 1 and not name.startswith(("/", ".")):
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1:
+        raise ModelSourceError(f"model.name: {p} does not exist")
+    if name.count("/") == 1:
         return ModelRef(name=name.split("/")[1].lower(), path=name, digest=_sha(name.encode()))
     known = ", ".join(GGUF_CATALOGUE)
     raise ModelSourceError(f"model.name: {name!r} is not a known model ({known}), a model dir or a hub id")

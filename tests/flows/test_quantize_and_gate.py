@@ -147,3 +147,20 @@ def test_serve_registers_a_scheduled_deployment(tmp_path, tiny_model):
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
+
+
+def test_bad_config_is_one_line_naming_the_key(tmp_path):
+    conf = tmp_path / "c.yaml"
+    conf.write_text("variants: [{name: x, method: int4_gptq, group_size: 64, dampening: 0.1}]\n")
+    out, _ = _cli("validate", "--config", str(conf)).communicate(timeout=120)
+    assert out.strip().splitlines() == [
+        f"error: {conf}: variants[x].dampening: unknown key (check its spelling and section)"]
+
+
+def test_missing_model_fails_the_run_with_what_to_fix(tmp_path):
+    conf = _config(tmp_path, str(tmp_path / "no-model"), 4295)
+    proc = _cli("run", "--config", str(conf))
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1
+    assert f"error: ModelSourceError: model.name: {tmp_path / 'no-model'} does not exist" in out, \
+        out[-2000:]

@@ -25,3 +25,5 @@ def test_missing_and_corrupt_files_say_what_to_fix(tmp_path):
         resolve_model(str(tmp_path / "notmodel"), tmp_path)
     with pytest.raises(ModelSourceError, match="not a known model"):
         resolve_model("no-such-model", tmp_path)
+    with pytest.raises(ModelSourceError, match="does not exist"):
+        resolve_model(str(tmp_path / "gone" / "model"), tmp_path)
