@@ -69,7 +69,7 @@ def log_child_run(
         metrics |= {"size.bytes": float(scores.size_bytes),
                     "size.bits_per_weight": scores.bits_per_weight,
                     "time.quantize_s": scores.quantize_seconds}
-    if verdict is not None and scores.eval is not None and scores.method != "baseline":
+    if verdict is not None and scores.eval is not None:
         metrics |= {"recovery.ppl": verdict.recovery, "recovery.ppl.worst_slice":
                     verdict.worst_recovery, "gate.passed": float(verdict.passed)}
     log_metrics(client, rid, metrics)
