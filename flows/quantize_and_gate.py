@@ -21,6 +21,8 @@ from prefect_ray.context import remote_options
 
 from quantgate.conf.methods import VariantSpec
 from quantgate.conf.schema import PipelineConfig
+from quantgate.tasks.calibrate import calibration_code_digest
+from quantgate.tasks.evaluate import eval_code_digest
 from quantgate.tasks.prefect_tasks import (
     calibrate_task,
     drift_task,
@@ -33,6 +35,7 @@ from quantgate.tasks.prefect_tasks import (
     score_variant_task,
 )
 from quantgate.tasks.publish import PublishInputs
+from quantgate.tasks.quantize.run import quantize_code_digest
 from quantgate.tasks.report import comparison_rows, gate_report
 from quantgate.tasks.tracking import tracking_uri
 
@@ -51,11 +54,12 @@ class FlowSummary:
     quarantine_path: str
 
 
-def variant_dir(state: Path, spec: VariantSpec, model_digest: str, calib_hash: str,
+def variant_dir(state: Path, spec: VariantSpec, *, model_digest: str, calib_hash: str,
                 max_seq_len: int) -> str:
-    """Content-addressed output folder: same spec, model and calibration -> same folder."""
+    """Content-addressed output folder: same spec, model, calibration and code -> same folder."""
     key = json.dumps([spec.model_dump(mode="json", exclude={"resources", "control"}),
-                      model_digest, calib_hash, max_seq_len], sort_keys=True)
+                      model_digest, calib_hash, max_seq_len, quantize_code_digest(spec.method)],
+                     sort_keys=True)
     return str(state / "variants" / f"{spec.name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}")
 
 
@@ -93,8 +97,9 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
           f"{traffic.quarantine_path}; PII redacted: {traffic.pii_redacted}")
 
     def submit_eval(variant: str, checkpoint: str, out_dir: str) -> PrefectFuture[Any]:
-        # One result file per (held-out set, dtype) next to what was evaluated.
-        out = Path(out_dir) / f"eval-{Path(traffic.heldout_path).parent.name}-{ev.dtype}.json"
+        # One result file per (held-out set, dtype, eval code) next to what was evaluated.
+        held = Path(traffic.heldout_path).parent.name
+        out = Path(out_dir) / f"eval-{held}-{ev.dtype}-{eval_code_digest()}.json"
         with remote_options(num_cpus=ev.num_cpus):
             return evaluate_task.submit(
                 variant=variant, checkpoint=checkpoint, heldout_path=traffic.heldout_path,
@@ -105,7 +110,8 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
     with remote_options(num_cpus=ev.num_cpus):
         calib_f = calibrate_task.submit(
             model_path=model.path, calibration_path=traffic.calibration_path,
-            out_dir=str(state / "calibration" / f"{traffic.calibration_hash}-{model.digest[:12]}"),
+            out_dir=str(state / "calibration" / f"{traffic.calibration_hash}-{model.digest[:12]}"
+                        f"-{calibration_code_digest()}"),
             max_seq_len=config.calibration.max_seq_len, top_k=config.calibration.top_outliers,
             num_cpus=ev.num_cpus)
         base_f = submit_eval("baseline", model.path, str(state / "evals" / model.digest[:16]))
@@ -121,8 +127,9 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
                             memory=int(spec.resources.memory_gb * 2**30)):
             quant_fs[spec.name] = quantize_task.submit(
                 spec=spec, model_path=model.path, calibration_path=traffic.calibration_path,
-                out_dir=variant_dir(state, spec, model.digest, traffic.calibration_hash,
-                                    config.calibration.max_seq_len),
+                out_dir=variant_dir(state, spec, model_digest=model.digest,
+                                    calib_hash=traffic.calibration_hash,
+                                    max_seq_len=config.calibration.max_seq_len),
                 max_seq_len=config.calibration.max_seq_len)
 
     names = {id(f): n for n, f in quant_fs.items()}
@@ -164,8 +171,9 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
     print("[6/6] gate and MLflow")
     decision = gate_task(baseline=baseline_eval, variants=scores, gate=config.gate,
                          min_slice_tokens=ev.min_slice_tokens)
-    rows = comparison_rows(baseline_eval, baseline.size_bytes, baseline.bits_per_weight,
-                           scores, decision)
+    rows = comparison_rows(baseline_eval, baseline_bytes=baseline.size_bytes,
+                           baseline_bpw=baseline.bits_per_weight, variants=scores,
+                           decision=decision)
     report = gate_report(model=model.name, rows=rows, decision=decision, gate=config.gate,
                          heldout_requests=traffic.heldout,
                          heldout_tokens=baseline_eval.tokens, min_slice_tokens=ev.min_slice_tokens)

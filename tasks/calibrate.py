@@ -6,15 +6,18 @@ and `calibration_summary.json` (tokens, top outlier channels per layer).
 
 from __future__ import annotations
 
-import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from quantgate.kernels import activation_stats
 from quantgate.kernels.activation_stats import ChannelStats, drift_score, top_outliers
+from quantgate.tasks import text
+from quantgate.tasks.code_digest import source_digest
 from quantgate.tasks.modeling import load_causal_lm, load_tokenizer
 from quantgate.tasks.text import encode_request
 from quantgate.tasks.traffic import Request, read_requests
@@ -30,8 +33,8 @@ class CalibrationResult:
     tokens: int
 
 
-def file_hash(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+def calibration_code_digest() -> str:
+    return source_digest(sys.modules[__name__], activation_stats, text, packages=("torch",))
 
 
 @torch.no_grad()

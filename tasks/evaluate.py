@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from quantgate.tasks.code_digest import source_digest
 from quantgate.tasks.modeling import load_causal_lm, load_tokenizer
 from quantgate.tasks.slices import slice_names
 from quantgate.tasks.text import Encoded, encode_request
@@ -128,6 +130,13 @@ def evaluate_checkpoint(
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(json.dumps(asdict(result), indent=1))
     return result
+
+
+def eval_code_digest() -> str:
+    from quantgate.tasks import modeling, text
+
+    return source_digest(sys.modules[__name__], modeling, text,
+                         packages=("transformers", "compressed-tensors", "torch"))
 
 
 def read_eval(path: str) -> EvalResult:

@@ -52,7 +52,7 @@ def slice_recoveries(baseline: EvalResult, variant: EvalResult, min_tokens: int)
     }
 
 
-def judge_variant(v: VariantScores, baseline: EvalResult, gate: GateConf, min_tokens: int) -> Verdict:
+def judge_variant(v: VariantScores, baseline: EvalResult, gate: GateConf, *, min_tokens: int) -> Verdict:
     if v.eval is None:
         return Verdict(v.name, False, reasons=[f"failed: {v.error}"])
     threshold = gate.threshold("ppl")
@@ -78,7 +78,7 @@ def _objective_value(v: VariantScores, key: str) -> float:
 def decide(
     baseline: EvalResult, variants: list[VariantScores], gate: GateConf, *, min_slice_tokens: int
 ) -> GateDecision:
-    verdicts = {v.name: judge_variant(v, baseline, gate, min_slice_tokens) for v in variants}
+    verdicts = {v.name: judge_variant(v, baseline, gate, min_tokens=min_slice_tokens) for v in variants}
     eligible = [v for v in variants if verdicts[v.name].passed and not v.control]
     if not eligible:
         return GateDecision(verdicts, None, "no variant passed the gate: the champion stays")

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from quantgate.conf.schema import TrafficConf
 from quantgate.tasks import redact, sampling, slices, traffic, traffic_schema
+from quantgate.tasks.code_digest import source_digest
 from quantgate.tasks.sampling import stratified_split
 from quantgate.tasks.traffic import load_traffic, write_quarantine, write_requests
 
-_LOGIC = [m.__file__ or "" for m in (redact, sampling, slices, traffic, traffic_schema)] + [__file__]
+
+def traffic_code_digest() -> str:
+    return source_digest(redact, sampling, slices, traffic, traffic_schema, sys.modules[__name__])
 
 
 @dataclass(frozen=True)
@@ -38,8 +42,7 @@ class PreparedTraffic:
 def prepare_traffic(conf: TrafficConf, out_root: Path) -> PreparedTraffic:
     digest = hashlib.sha256(conf.path.read_bytes() if conf.path.is_file() else b"")
     digest.update(conf.model_dump_json().encode())
-    for source in _LOGIC:  # a change in how traffic is read or split makes a new folder
-        digest.update(Path(source).read_bytes())
+    digest.update(traffic_code_digest().encode())  # new reading/splitting code: new folder
     out = out_root / digest.hexdigest()[:16]
     summary_path = out / "traffic_summary.json"
     if summary_path.is_file():

@@ -11,7 +11,7 @@ HEADER = ("variant", "PPL", "recovery", "worst slice (PPL, recovery)", "size MB"
 
 
 def comparison_rows(
-    baseline: EvalResult, baseline_bytes: int, baseline_bpw: float,
+    baseline: EvalResult, *, baseline_bytes: int, baseline_bpw: float,
     variants: list[VariantScores], decision: GateDecision,
 ) -> list[tuple[str, ...]]:
     rows = [("baseline", f"{baseline.ppl:.3f}", "1.000", "-", f"{baseline_bytes / 1e6:.1f}",

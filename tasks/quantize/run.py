@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 from quantgate.conf.methods import VariantSpec
+from quantgate.tasks.code_digest import source_digest
 from quantgate.tasks.modeling import load_causal_lm, load_tokenizer
 from quantgate.tasks.quantize.registry import quantizer_for
 from quantgate.tasks.text import encode_request
@@ -31,6 +33,12 @@ class QuantizeResult:
     checkpoint: str
     seconds: float
     reused: bool
+
+
+def quantize_code_digest(method: str) -> str:
+    """Our runner and method module, and the library versions that do the work."""
+    return source_digest(sys.modules[__name__], quantizer_for(method),
+                         packages=("llmcompressor", "compressed-tensors", "transformers", "torch"))
 
 
 def check_group_size(model: torch.nn.Module, spec: VariantSpec) -> None:
@@ -99,6 +107,8 @@ def _oneshot(model: Any, recipe: list[Any], dataset: Any, max_seq_len: int) -> N
 
     kwargs: dict[str, Any] = {"model": model, "recipe": recipe}
     if dataset is not None:
+        # Our sampler already drew a seeded, stratified sample; llm-compressor's own unseeded
+        # shuffle would make observers and GPTQ's error feedback differ run to run.
         kwargs |= {"dataset": dataset, "max_seq_length": max_seq_len,
-                   "num_calibration_samples": len(dataset)}
+                   "num_calibration_samples": len(dataset), "shuffle_calibration_samples": False}
     oneshot(**kwargs)

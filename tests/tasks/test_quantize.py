@@ -1,5 +1,7 @@
 """Each method through llm-compressor on a tiny Llama: a checkpoint transformers reloads."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from pydantic import TypeAdapter
@@ -81,3 +83,12 @@ def test_group_size_that_does_not_divide_fails_with_the_key(tiny_model, calibrat
     with pytest.raises(QuantizeError, match=r"variants\[bad\]\.group_size=48 does not divide"):
         quantize_variant(spec, model_path=tiny_model, calibration_path=calibration,
                          out_dir=str(tmp_path / "bad"), max_seq_len=64)
+
+
+def test_same_inputs_give_the_same_checkpoint(tiny_model, calibration, tmp_path):
+    spec = SPEC.validate_python({"name": "k", "method": "kv_fp8", "num_samples": 8})
+    kw = {"model_path": tiny_model, "calibration_path": calibration, "max_seq_len": 64}
+    a = quantize_variant(spec, out_dir=str(tmp_path / "a"), **kw)
+    b = quantize_variant(spec, out_dir=str(tmp_path / "b"), **kw)
+    files = [Path(x.checkpoint) / "model.safetensors" for x in (a, b)]
+    assert files[0].read_bytes() == files[1].read_bytes()
