@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -49,8 +50,17 @@ def _config(args: argparse.Namespace) -> PipelineConfig:
     return config
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C, so the servers this process started are stopped too."""
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _exit_on_sigterm()
     try:
         config = _config(args)
     except (ConfigError, ValueError) as exc:
@@ -136,9 +146,9 @@ def _serve_ui(config: PipelineConfig, state: Path) -> int:
     try:
         with prefect_server(state, config.runtime.prefect_port, ui=True) as server:
             print(f"Prefect UI: {server.ui_url}\nMLflow UI:  http://127.0.0.1:{MLFLOW_UI_PORT}"
-                  "\nCtrl-C to stop.")
+                  "\nCtrl-C to stop.", flush=True)
             mlflow.wait()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
         pass
     finally:
         mlflow.terminate()

@@ -72,7 +72,8 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[PrefectServer]:
-    """Reuse a healthy server on `port`, else start one (its SQLite under state_dir).
+    """Use the server named by PREFECT_API_URL, else start one on `port` (or a free port if
+    that one is taken), its SQLite under state_dir.
 
     Services stay on: task runs executed on Ray workers reach the server as events, and the
     server's task-run recorder service is what turns them into task runs in the UI."""
@@ -80,14 +81,11 @@ def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[P
         api = os.environ["PREFECT_API_URL"].rstrip("/")
         yield PrefectServer(api, api.removesuffix("/api"), None)
         return
-    api = f"http://127.0.0.1:{port}/api"
-    if _healthy(api):
-        os.environ["PREFECT_API_URL"] = api
-        yield PrefectServer(api, f"http://127.0.0.1:{port}", None)
-        return
+    # A busy port may hold another project's server (another database): start our own
+    # elsewhere rather than write into it. A shared server is chosen with PREFECT_API_URL.
     if not _port_free(port):
         port = _free_port()
-        api = f"http://127.0.0.1:{port}/api"
+    api = f"http://127.0.0.1:{port}/api"
     log = (state_dir / "prefect-server.log").open("ab")
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
            "--port", str(port), "--ui" if ui else "--no-ui", "--analytics-off"]

@@ -164,3 +164,30 @@ def test_missing_model_fails_the_run_with_what_to_fix(tmp_path):
     assert proc.returncode == 1
     assert f"error: ModelSourceError: model.name: {tmp_path / 'no-model'} does not exist" in out, \
         out[-2000:]
+
+
+def test_ui_serves_both_and_sigterm_stops_its_servers(tmp_path, tiny_model):
+    import socket
+    import urllib.request
+
+    conf = _config(tmp_path, tiny_model, 4296)
+    proc = _cli("ui", "--config", str(conf))
+    deadline, lines = time.monotonic() + 120, []
+    while not any("Ctrl-C" in line for line in lines):
+        assert time.monotonic() < deadline and proc.poll() is None, lines
+        lines.append(proc.stdout.readline())
+    assert "Prefect UI: http://127.0.0.1:4296" in "".join(lines)
+    for url in ("http://127.0.0.1:4296/api/health", "http://127.0.0.1:5000/"):
+        for _ in range(60):
+            try:
+                assert urllib.request.urlopen(url, timeout=5).status == 200
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            raise AssertionError(f"{url} never answered")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    for port in (4296, 5000):
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still served"
