@@ -132,7 +132,7 @@ CARD_CANDIDATE = re.compile(r"\b\d(?:[ -]?\d){12,18}\b")
 NO_PII_DOMAINS = ("math", "code", "summarize")  # the generator never puts PII in these answers
 
 
-def _luhn(digits: str) -> bool:
+def _luhn(digits: str) -> bool:  # an independent oracle: deliberately not the module's own
     total = 0
     for i, ch in enumerate(reversed(digits)):
         d = int(ch) * (2 if i % 2 else 1)
