@@ -96,10 +96,11 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
     print(f"      {traffic.valid} valid, {traffic.quarantined} quarantined -> "
           f"{traffic.quarantine_path}; PII redacted: {traffic.pii_redacted}")
 
+    # One result file per (held-out set, dtype, eval code) next to what was evaluated.
+    eval_file = f"eval-{Path(traffic.heldout_path).parent.name}-{ev.dtype}-{eval_code_digest()}.json"
+
     def submit_eval(variant: str, checkpoint: str, out_dir: str) -> PrefectFuture[Any]:
-        # One result file per (held-out set, dtype, eval code) next to what was evaluated.
-        held = Path(traffic.heldout_path).parent.name
-        out = Path(out_dir) / f"eval-{held}-{ev.dtype}-{eval_code_digest()}.json"
+        out = Path(out_dir) / eval_file
         with remote_options(num_cpus=ev.num_cpus):
             return evaluate_task.submit(
                 variant=variant, checkpoint=checkpoint, heldout_path=traffic.heldout_path,

@@ -1,6 +1,7 @@
 """The flow through the CLI on a tiny Llama: real Prefect server, real Ray, MLflow on SQLite."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,9 +89,9 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
     passed = {n for n, r in children.items() if r.data.metrics.get("gate.passed") == 1.0}
     versions = client.search_model_versions("name='tiny'")
     assert {v.tags["variant"] for v in versions} == passed
-    if winner != "none":
-        assert client.get_model_version_by_alias("tiny", "canary").tags["variant"] == winner
-        assert alias_history(client, "tiny")[-1]["alias"] == "canary"
+    assert winner in passed  # on the tiny model every working variant passes
+    assert client.get_model_version_by_alias("tiny", "canary").tags["variant"] == winner
+    assert alias_history(client, "tiny")[-1]["alias"] == "canary"
     artifacts = {f.path for f in client.list_artifacts(parent.info.run_id)}
     assert {"gate_report.md", "quarantine.jsonl"} <= artifacts
 
@@ -100,7 +101,8 @@ def test_identical_rerun_reuses_every_variant(first_run):
     proc = _cli("run", "--config", str(conf), "--variants", "fp8_w8a8,int4_gptq")
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
-    assert out.count("(reused)") + out.count("cached") >= 2 or "Cached" in out, out[-3000:]
+    for name in ("fp8_w8a8", "int4_gptq"):
+        assert re.search(rf"{name}: quantized in [0-9.]+ s \(reused\)", out), out[-3000:]
 
 
 def test_killed_run_resumes_without_redoing_finished_variants(tmp_path, tiny_model):

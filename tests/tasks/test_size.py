@@ -7,7 +7,8 @@ from quantgate.tasks.size import checkpoint_size
 def test_dense_checkpoint_is_32_bits_per_weight(tiny_model):
     s = checkpoint_size(tiny_model)
     assert s.bits_per_weight == 32.0
-    assert s.linear_weights == 2 * (4 * 64 * 64 // 2 + 64 * 64 // 2 * 0) or s.linear_weights > 0
+    # per layer (hidden 64, 2 of 4 heads for K/V, MLP 128): q, o 64x64; k, v 32x64; 3 MLP 128x64
+    assert s.linear_weights == 2 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 128 * 64)
 
 
 def test_packed_int4_counts_codes_scales_and_shapes(tmp_path):
