@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -70,6 +72,21 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _own_session_tied_to_parent() -> None:
+    """Runs in the server's child process before exec.
+
+    Its own session: a SIGTERM or Ctrl-C sent to the CLI's process group must not kill the
+    server before the CLI has used it to shut down (a served runner pauses its deployments
+    through the API; with the server gone it retries for minutes). PDEATHSIG: if the CLI
+    itself is killed outright, the kernel still stops the server instead of orphaning it."""
+    os.setsid()
+    if sys.platform == "linux":
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 @contextlib.contextmanager
 def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[PrefectServer]:
     """Use the server named by PREFECT_API_URL, else start one on `port` (or a free port if
@@ -89,7 +106,8 @@ def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[P
     log = (state_dir / "prefect-server.log").open("ab")
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
            "--port", str(port), "--ui" if ui else "--no-ui", "--analytics-off"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
+                            preexec_fn=_own_session_tied_to_parent)
     try:
         deadline = time.monotonic() + 90
         while not _healthy(api):
@@ -131,10 +149,15 @@ def ray_cluster(*, address: str, num_cpus: int, env: dict[str, str], state_dir: 
     # transformers probes for, so the driver starts Ray from the state dir instead.
     cwd = os.getcwd()
     os.chdir(state_dir)
+    # Ray's core worker installs a C-level SIGTERM handler that logs and aborts the driver,
+    # replacing ours (which unwinds, so the servers this process started are stopped).
+    on_sigterm = signal.getsignal(signal.SIGTERM)
     try:
         ray.init(**ray_init_kwargs(address=address, num_cpus=num_cpus, env=env))
     finally:
         os.chdir(cwd)
+        if on_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_sigterm)
     try:
         yield
     finally:

@@ -3,6 +3,7 @@
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -133,7 +134,7 @@ def test_serve_registers_a_scheduled_deployment(tmp_path, tiny_model):
     try:
         line = ""
         deadline = time.monotonic() + 180
-        while "serving deployment" not in line:
+        while "polling for scheduled runs" not in line:
             assert time.monotonic() < deadline and proc.poll() is None, line
             line = proc.stdout.readline()
         deployments = []
@@ -147,8 +148,14 @@ def test_serve_registers_a_scheduled_deployment(tmp_path, tiny_model):
         assert dep["schedules"][0]["schedule"]["cron"] == "0 3 * * *"
         assert dep["parameters"]["config"]["traffic"]["heldout_size"] == 36
     finally:
+        # The whole process group, as a terminal's Ctrl-C or systemd's stop would: the CLI must
+        # still pause the deployment through its server, then stop that server.
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
+        out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out[-3000:]
+    assert "All deployments have been paused" in out
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", 4294)) != 0, "the Prefect server outlived the CLI"
 
 
 def test_bad_config_is_one_line_naming_the_key(tmp_path):
