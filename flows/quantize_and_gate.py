@@ -7,6 +7,7 @@ from conf; a failing variant fails alone and is recorded as failed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
@@ -23,11 +24,16 @@ from quantgate.conf.methods import VariantSpec
 from quantgate.conf.schema import PipelineConfig
 from quantgate.tasks.calibrate import calibration_code_digest
 from quantgate.tasks.evaluate import eval_code_digest
+from quantgate.tasks.judge_reliability import judge_vote
+from quantgate.tasks.judge_server import local_judge_server, packaged_judge_gguf
+from quantgate.tasks.lmeval import lmeval_code_digest
 from quantgate.tasks.prefect_tasks import (
     calibrate_task,
     drift_task,
     evaluate_task,
     gate_task,
+    judge_task,
+    lmeval_task,
     prepare_traffic_task,
     publish_task,
     quantize_task,
@@ -84,14 +90,61 @@ def _gpu_shortfall(spec: VariantSpec) -> str:
     return f"resources.num_gpus={need} but the Ray cluster has {have} GPU" if need > have else ""
 
 
+def _eval_artifacts(lm: Any, judged: str | None) -> list[str]:
+    """lm-eval results and samples; the judge's summary and (redacted) transcript."""
+    if lm is None:
+        return []
+    out = Path(lm.samples_path).parent
+    files = [out / "lmeval.json", out / "lmeval_samples.jsonl"]
+    if judged:
+        files += [out / "judge" / "judge_summary.json", out / "judge" / "judge_transcript.jsonl"]
+    return [str(f) for f in files if f.is_file()]
+
+
+def _judge_variants(config: PipelineConfig, state: Path, baseline_samples: str,
+                    candidates: dict[str, str]) -> dict[str, Any]:
+    """Judge every variant's replay answers against the baseline's; a judge that cannot run
+    is reported and the run goes on (the gate then has no judge result for that variant)."""
+    conf = config.judge
+    if not conf.enabled or not candidates:
+        return {}
+    print(f"[6/7] judging {len(candidates)} variants (pairwise, both orders, "
+          f"≤ {conf.max_pairs} prompts each)")
+    with contextlib.ExitStack() as stack:
+        base_url = conf.base_url
+        if base_url is None:
+            try:
+                gguf = packaged_judge_gguf(state / "models")
+                base_url = stack.enter_context(local_judge_server(
+                    gguf, log_path=state / "judge-server.log", threads=conf.threads))
+            except Exception as exc:  # noqa: BLE001 - no judge is a reported gap, not a crash
+                print(f"      judge not started: {type(exc).__name__}: {exc}")
+                return {}
+        futures = {}
+        for name, samples in candidates.items():
+            with remote_options(num_cpus=0):
+                futures[name] = judge_task.submit(
+                    variant=name, baseline_samples=baseline_samples, candidate_samples=samples,
+                    conf=conf, base_url=base_url, out_dir=str(Path(samples).parent / "judge"))
+        judged = {}
+        for name, fut in futures.items():
+            judged[name], err = _outcome(fut)
+            s = judged[name]
+            print(f"      {name}: judge FAILED: {err}" if err else
+                  f"      {name}: win-or-tie {s.win_or_tie:.2f} [{s.ci_low:.2f}, {s.ci_high:.2f}] "
+                  f"over {s.decided} decided of {s.pairs} ({s.identical} identical, "
+                  f"{s.inconsistent} inconsistent, {s.unparseable} unparseable)")
+        return {n: s for n, s in judged.items() if s is not None}
+
+
 @flow(name="quantize_and_gate", task_runner=RayTaskRunner(), log_prints=True)
 def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
     state = config.runtime.state_dir.resolve()
     ev = config.eval
 
-    print("[1/6] model: resolving", config.model.name)
+    print("[1/7] model: resolving", config.model.name)
     model = resolve_model_task(name=config.model.name, cache_dir=str(state / "models"))
-    print(f"[2/6] traffic: reading {config.traffic.path}")
+    print(f"[2/7] traffic: reading {config.traffic.path}")
     traffic = prepare_traffic_task(conf=config.traffic, out_root=str(state / "traffic"))
     print(f"      {traffic.valid} valid, {traffic.quarantined} quarantined -> "
           f"{traffic.quarantine_path}; PII redacted: {traffic.pii_redacted}")
@@ -107,7 +160,17 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
                 out_path=str(out), window=ev.window, batch_size=ev.batch_size, dtype=ev.dtype,
                 num_cpus=ev.num_cpus)
 
-    print("[3/6] calibration and baseline evaluation (Ray)")
+    lm = config.lmeval
+    lm_key = hashlib.sha256(lm.model_dump_json().encode()).hexdigest()[:8]
+    lm_dir = f"lmeval-{Path(traffic.heldout_path).parent.name}-{ev.dtype}-{lmeval_code_digest()}-{lm_key}"
+
+    def submit_lmeval(variant: str, checkpoint: str, out_root: str) -> PrefectFuture[Any]:
+        with remote_options(num_cpus=lm.num_cpus):
+            return lmeval_task.submit(variant=variant, checkpoint=checkpoint,
+                                      out_dir=str(Path(out_root) / lm_dir), conf=lm,
+                                      replay_path=traffic.heldout_path, dtype=ev.dtype)
+
+    print("[3/7] calibration and baseline evaluation (Ray)")
     with remote_options(num_cpus=ev.num_cpus):
         calib_f = calibrate_task.submit(
             model_path=model.path, calibration_path=traffic.calibration_path,
@@ -116,8 +179,9 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
             max_seq_len=config.calibration.max_seq_len, top_k=config.calibration.top_outliers,
             num_cpus=ev.num_cpus)
         base_f = submit_eval("baseline", model.path, str(state / "evals" / model.digest[:16]))
+    base_lm_f = submit_lmeval("baseline", model.path, str(state / "evals" / model.digest[:16]))
 
-    print(f"[4/6] quantizing {len(config.variants)} variants (Ray)")
+    print(f"[4/7] quantizing {len(config.variants)} variants (Ray)")
     errors: dict[str, str] = {}
     quant_fs: dict[str, PrefectFuture[Any]] = {}
     for spec in config.variants:
@@ -135,6 +199,7 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
 
     names = {id(f): n for n, f in quant_fs.items()}
     eval_fs: dict[str, PrefectFuture[Any]] = {}
+    lmeval_fs: dict[str, PrefectFuture[Any]] = {}
     for fut in as_completed(list(quant_fs.values())):
         name = names[id(fut)]
         q, err = _outcome(fut)
@@ -145,9 +210,20 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
         reused = q.reused or fut.state.name == "Cached"
         print(f"      {name}: quantized in {q.seconds:.1f} s{' (reused)' if reused else ''}")
         eval_fs[name] = submit_eval(name, q.checkpoint, q.checkpoint)
+        lmeval_fs[name] = submit_lmeval(name, q.checkpoint, q.checkpoint)
 
-    print("[5/6] evaluating (perplexity by slice)")
+    print("[5/7] evaluating (perplexity by slice, lm-eval tasks)")
     baseline_eval = base_f.result()
+    baseline_lm = base_lm_f.result()
+    for task, why in baseline_lm.skipped.items():
+        print(f"      lm-eval {task}: skipped, {why}")
+    lm_results: dict[str, Any] = {}
+    for name, fut in lmeval_fs.items():
+        lm_results[name], err = _outcome(fut)
+        if err:
+            errors[name] = f"lm-eval: {err}"
+    judges = _judge_variants(config, state, baseline_lm.samples_path,
+                             {n: r.samples_path for n, r in lm_results.items() if r is not None})
     calib = calib_f.result()
     drift = drift_task(stats_path=calib.stats_path, pointer_file=str(state / "calibration" / "LATEST"))
     scores, checkpoints = [], {}
@@ -164,20 +240,26 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
             name=spec.name, method=spec.method, control=spec.control,
             checkpoint=quantized.checkpoint if quantized else None, eval_result=result,
             quantize_seconds=quantized.seconds if quantized else float("nan"),
-            error=errors.get(spec.name, "")))
+            error=errors.get(spec.name, ""), lmeval=lm_results.get(spec.name),
+            judge=judges.get(spec.name)))
     baseline = score_variant_task(name="baseline", method="baseline", control=True,
                                   checkpoint=model.path, eval_result=baseline_eval,
-                                  quantize_seconds=0.0)
+                                  quantize_seconds=0.0, lmeval=baseline_lm)
 
-    print("[6/6] gate and MLflow")
+    print("[7/7] gate and MLflow")
+    vote = judge_vote(config.judge) if config.judge.enabled else None
+    if vote is not None:
+        print(f"      {vote.note}")
     decision = gate_task(baseline=baseline_eval, variants=scores, gate=config.gate,
-                         min_slice_tokens=ev.min_slice_tokens)
+                         min_slice_tokens=ev.min_slice_tokens, baseline_lmeval=baseline_lm,
+                         min_slice_items=lm.min_slice_items, judge_vote=vote)
     rows = comparison_rows(baseline_eval, baseline_bytes=baseline.size_bytes,
                            baseline_bpw=baseline.bits_per_weight, variants=scores,
                            decision=decision)
     report = gate_report(model=model.name, rows=rows, decision=decision, gate=config.gate,
                          heldout_requests=traffic.heldout,
-                         heldout_tokens=baseline_eval.tokens, min_slice_tokens=ev.min_slice_tokens)
+                         heldout_tokens=baseline_eval.tokens, min_slice_tokens=ev.min_slice_tokens,
+                         baseline_lmeval=baseline_lm, variants=scores, judge_vote=vote)
     flow_run_id = str(runtime.flow_run.id)
     config_file = state / "runs" / flow_run_id / "pipeline_config.json"
     config_file.parent.mkdir(parents=True, exist_ok=True)
@@ -206,7 +288,10 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
             flow_run_id=flow_run_id),
         baseline=baseline, variants=scores, decision=decision, gate_report=report,
         checkpoints=checkpoints,
-        variant_artifacts={n: [str(Path(c) / "quantgate_variant.json")] for n, c in checkpoints.items()})
+        variant_artifacts={"baseline": _eval_artifacts(baseline_lm, None),
+                           **{n: [str(Path(c) / "quantgate_variant.json"),
+                                  *_eval_artifacts(lm_results.get(n), judges.get(n) and c)]
+                              for n, c in checkpoints.items()}})
     create_markdown_artifact(key="gate-report", markdown=report, description="offline gate")
     return FlowSummary(rows, decision.winner, decision.reason, model.name, uri, record.experiment_id,
                        record.parent_run_id, record.canary_version, flow_run_id,

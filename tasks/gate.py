@@ -1,10 +1,12 @@
-"""Offline gate v1: perplexity recovery against the baseline, overall and on the worst slice.
+"""Offline gate: recovery against the baseline on every metric, its worst slice, and the judge.
 
-Recovery for perplexity (lower is better) is baseline_ppl / variant_ppl, so 1.0 is no loss
-and 0.95 means the variant's PPL is 5.3 % higher. A variant passes when overall and worst-slice
-recovery are both ≥ the threshold from conf. Among passing non-control variants the winner is
-the best by the conf objective (default: fewest bytes). No variant passing is a valid outcome:
-the champion stays.
+Recovery for perplexity (lower is better) is baseline_ppl / variant_ppl; for lm-eval task
+metrics (higher is better) it is variant / baseline. 1.0 is no loss. A variant passes when
+every recovery, overall and on the worst slice, is ≥ its threshold from conf, and (when the
+judge's measured reliability earns it a vote) the lower bound of its judge win-or-tie rate
+reaches the margin. A task metric the baseline scores 0 on measures nothing here and does
+not gate. Among passing non-control variants the winner is the best by the conf objective
+(default: fewest bytes). No variant passing is a valid outcome: the champion stays.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass, field
 
 from quantgate.conf.schema import GateConf
 from quantgate.tasks.evaluate import EvalResult
+from quantgate.tasks.judge import JudgeSummary
+from quantgate.tasks.lmeval import LmEvalResult
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,17 @@ class VariantScores:
     bits_per_weight: float = float("nan")
     quantize_seconds: float = float("nan")
     error: str = ""
+    lmeval: LmEvalResult | None = None
+    judge: JudgeSummary | None = None
+
+
+@dataclass(frozen=True)
+class JudgeVote:
+    """Whether the judge may block a variant, from its measured reliability."""
+
+    counts: bool
+    margin: float
+    note: str
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,10 @@ class Verdict:
     worst_slice: str = ""
     worst_recovery: float = float("nan")
     reasons: list[str] = field(default_factory=list)
+    task_recovery: dict[str, float] = field(default_factory=dict)  # "lmeval.<task>.<metric>"
+    worst_task_slice: str = ""  # "<task>.<metric>@<slice>"
+    worst_task_slice_recovery: float = float("nan")
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -52,7 +71,28 @@ def slice_recoveries(baseline: EvalResult, variant: EvalResult, min_tokens: int)
     }
 
 
-def judge_variant(v: VariantScores, baseline: EvalResult, gate: GateConf, *, min_tokens: int) -> Verdict:
+def task_recoveries(baseline: LmEvalResult, variant: LmEvalResult, *, min_items: int
+                    ) -> tuple[dict[str, float], dict[str, float], list[str]]:
+    """(per metric, per metric@slice, notes): variant / baseline for higher-is-better metrics."""
+    overall, per_slice, notes = {}, {}, []
+    for metric, base in sorted(baseline.metrics.items()):
+        if metric not in variant.metrics:
+            notes.append(f"lmeval.{metric} missing for this variant")
+        elif base <= 0:
+            notes.append(f"lmeval.{metric}: baseline scores 0, does not gate")
+        else:
+            overall[f"lmeval.{metric}"] = variant.metrics[metric] / base
+    for metric, slices in baseline.slices.items():
+        for name, (base, items) in slices.items():
+            got = variant.slices.get(metric, {}).get(name)
+            if items >= min_items and base > 0 and got is not None:
+                per_slice[f"lmeval.{metric}@{name}"] = got[0] / base
+    return overall, per_slice, notes
+
+
+def gate_variant(v: VariantScores, baseline: EvalResult, gate: GateConf, *, min_tokens: int,
+                 baseline_lmeval: LmEvalResult | None = None, min_slice_items: int = 20,
+                 judge_vote: JudgeVote | None = None) -> Verdict:
     if v.eval is None:
         return Verdict(v.name, False, reasons=[f"failed: {v.error}"])
     threshold = gate.threshold("ppl")
@@ -60,12 +100,34 @@ def judge_variant(v: VariantScores, baseline: EvalResult, gate: GateConf, *, min
     per_slice = slice_recoveries(baseline, v.eval, min_tokens)
     worst = min(per_slice, key=per_slice.__getitem__) if per_slice else "overall"
     worst_rec = per_slice.get(worst, recovery)
-    reasons = []
+    reasons, notes = [], []
     if recovery < threshold:
         reasons.append(f"ppl recovery {recovery:.3f} < {threshold}")
     if worst_rec < threshold:
         reasons.append(f"worst slice {worst} recovery {worst_rec:.3f} < {threshold}")
-    return Verdict(v.name, not reasons, recovery, worst, worst_rec, reasons)
+    tasks, task_slices = {}, {}
+    if baseline_lmeval is not None:
+        if v.lmeval is None:
+            reasons.append("lm-eval did not run")
+        else:
+            tasks, task_slices, notes = task_recoveries(baseline_lmeval, v.lmeval, min_items=min_slice_items)
+    for metric, rec in tasks.items():
+        if rec < gate.threshold(metric):
+            reasons.append(f"{metric} recovery {rec:.3f} < {gate.threshold(metric)}")
+    worst_task = min(task_slices, key=task_slices.__getitem__) if task_slices else ""
+    if worst_task:
+        rec, need = task_slices[worst_task], gate.threshold(worst_task.split("@")[0])
+        if rec < need:
+            reasons.append(f"worst slice {worst_task} recovery {rec:.3f} < {need}")
+    if judge_vote is not None:
+        if v.judge is None:
+            notes.append("judge did not run")
+        elif judge_vote.counts and not v.judge.ci_low >= judge_vote.margin:
+            reasons.append(f"judge win-or-tie CI low {v.judge.ci_low:.2f} < {judge_vote.margin}")
+        elif not judge_vote.counts:
+            notes.append(judge_vote.note)
+    return Verdict(v.name, not reasons, recovery, worst, worst_rec, reasons, tasks, worst_task,
+                   task_slices.get(worst_task, float("nan")), notes)
 
 
 def _objective_value(v: VariantScores, key: str) -> float:
@@ -76,9 +138,14 @@ def _objective_value(v: VariantScores, key: str) -> float:
 
 
 def decide(
-    baseline: EvalResult, variants: list[VariantScores], gate: GateConf, *, min_slice_tokens: int
+    baseline: EvalResult, variants: list[VariantScores], gate: GateConf, *, min_slice_tokens: int,
+    baseline_lmeval: LmEvalResult | None = None, min_slice_items: int = 20,
+    judge_vote: JudgeVote | None = None,
 ) -> GateDecision:
-    verdicts = {v.name: judge_variant(v, baseline, gate, min_tokens=min_slice_tokens) for v in variants}
+    verdicts = {v.name: gate_variant(v, baseline, gate, min_tokens=min_slice_tokens,
+                                     baseline_lmeval=baseline_lmeval, min_slice_items=min_slice_items,
+                                     judge_vote=judge_vote)
+                for v in variants}
     eligible = [v for v in variants if verdicts[v.name].passed and not v.control]
     if not eligible:
         return GateDecision(verdicts, None, "no variant passed the gate: the champion stays")

@@ -14,10 +14,13 @@ from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 
 from quantgate.conf.methods import VariantSpec
-from quantgate.conf.schema import GateConf, TrafficConf
+from quantgate.conf.schema import GateConf, JudgeConf, LmEvalConf, TrafficConf
 from quantgate.tasks.calibrate import CalibrationResult, calibrate_file, calibration_drift
 from quantgate.tasks.evaluate import EvalResult, evaluate_checkpoint
-from quantgate.tasks.gate import GateDecision, VariantScores, decide
+from quantgate.tasks.gate import GateDecision, JudgeVote, VariantScores, decide
+from quantgate.tasks.judge import JudgeSummary
+from quantgate.tasks.judge_replay import judge_replay
+from quantgate.tasks.lmeval import LmEvalResult, run_lmeval
 from quantgate.tasks.model_source import ModelRef, resolve_model
 from quantgate.tasks.modeling import set_threads
 from quantgate.tasks.prepare_traffic import PreparedTraffic, prepare_traffic
@@ -52,6 +55,24 @@ def evaluate_task(*, variant: str, checkpoint: str, heldout_path: str, out_path:
                                batch_size=batch_size, dtype=dtype)
 
 
+@task(name="lm-eval", task_run_name="lm-eval-{variant}", **CACHED)
+def lmeval_task(*, variant: str, checkpoint: str, out_dir: str, conf: LmEvalConf, replay_path: str,
+                dtype: str) -> LmEvalResult:
+    set_threads(conf.num_cpus)
+    return run_lmeval(checkpoint, out_dir, tasks=list(conf.tasks), replay_path=replay_path,
+                      replay_size=conf.replay_size, batch_size=conf.batch_size, dtype=dtype,
+                      limit=conf.limit)
+
+
+# The judge server's port changes from run to run: not part of what the result depends on.
+@task(name="judge", task_run_name="judge-{variant}", cache_policy=(INPUTS - "base_url") + TASK_SOURCE,
+      persist_result=True)
+def judge_task(*, variant: str, baseline_samples: str, candidate_samples: str, conf: JudgeConf,
+               base_url: str, out_dir: str) -> JudgeSummary:
+    return judge_replay(baseline_samples=baseline_samples, candidate_samples=candidate_samples,
+                        conf=conf, base_url=base_url, out_dir=out_dir)
+
+
 # Driver-side steps: cheap, run inline in the flow's process (called, not submitted).
 
 @task(name="resolve-model")
@@ -80,18 +101,22 @@ def drift_task(*, stats_path: str, pointer_file: str) -> float | None:
 @task(name="score-variant")
 def score_variant_task(*, name: str, method: str, control: bool, checkpoint: str | None,
                        eval_result: EvalResult | None, quantize_seconds: float,
-                       error: str = "") -> VariantScores:
+                       error: str = "", lmeval: LmEvalResult | None = None,
+                       judge: JudgeSummary | None = None) -> VariantScores:
     if checkpoint is None or eval_result is None:
         return VariantScores(name, method, control, None, error=error)
     size = checkpoint_size(checkpoint)
     return VariantScores(name, method, control, eval_result, size.bytes, size.bits_per_weight,
-                         quantize_seconds)
+                         quantize_seconds, error, lmeval, judge)
 
 
 @task(name="gate")
 def gate_task(*, baseline: EvalResult, variants: list[VariantScores], gate: GateConf,
-              min_slice_tokens: int) -> GateDecision:
-    return decide(baseline, variants, gate, min_slice_tokens=min_slice_tokens)
+              min_slice_tokens: int, baseline_lmeval: LmEvalResult | None, min_slice_items: int,
+              judge_vote: JudgeVote | None) -> GateDecision:
+    return decide(baseline, variants, gate, min_slice_tokens=min_slice_tokens,
+                  baseline_lmeval=baseline_lmeval, min_slice_items=min_slice_items,
+                  judge_vote=judge_vote)
 
 
 @task(name="publish-mlflow")

@@ -4,23 +4,32 @@ from __future__ import annotations
 
 from quantgate.conf.schema import GateConf
 from quantgate.tasks.evaluate import EvalResult
-from quantgate.tasks.gate import GateDecision, VariantScores
+from quantgate.tasks.gate import GateDecision, JudgeVote, VariantScores
+from quantgate.tasks.lmeval import LmEvalResult
 
-HEADER = ("variant", "PPL", "recovery", "worst slice (PPL, recovery)", "size MB", "bits/w",
-          "quantize s", "verdict")
+HEADER = ("variant", "PPL", "recovery", "worst slice (PPL, recovery)", "tasks: worst recovery",
+          "tasks: worst slice", "judge win-or-tie [95% CI]", "size MB", "bits/w", "quantize s",
+          "verdict")
 
 
 def comparison_rows(
     baseline: EvalResult, *, baseline_bytes: int, baseline_bpw: float,
     variants: list[VariantScores], decision: GateDecision,
 ) -> list[tuple[str, ...]]:
-    rows = [("baseline", f"{baseline.ppl:.3f}", "1.000", "-", f"{baseline_bytes / 1e6:.1f}",
-             f"{baseline_bpw:.2f}", "-", "reference")]
+    rows = [("baseline", f"{baseline.ppl:.3f}", "1.000", "-", "-", "-", "-",
+             f"{baseline_bytes / 1e6:.1f}", f"{baseline_bpw:.2f}", "-", "reference")]
     for v in variants:
         verdict = decision.verdicts[v.name]
         if v.eval is None:
-            rows.append((v.name, "-", "-", "-", "-", "-", "-", f"FAILED: {v.error}"))
+            rows.append((v.name, *["-"] * (len(HEADER) - 2), f"FAILED: {v.error}"))
             continue
+        tasks = verdict.task_recovery
+        worst_task = min(tasks, key=tasks.__getitem__) if tasks else ""
+        task_txt = f"{worst_task.removeprefix('lmeval.')} {tasks[worst_task]:.3f}" if worst_task else "-"
+        task_slice = (f"{verdict.worst_task_slice.removeprefix('lmeval.')} "
+                      f"{verdict.worst_task_slice_recovery:.3f}" if verdict.worst_task_slice else "-")
+        j = v.judge
+        judge_txt = f"{j.win_or_tie:.2f} [{j.ci_low:.2f}, {j.ci_high:.2f}] n={j.decided}" if j else "-"
         worst = v.eval.slices.get(verdict.worst_slice)
         worst_txt = (f"{verdict.worst_slice} ({worst.ppl:.3f}, {verdict.worst_recovery:.3f})"
                      if worst else "-")
@@ -29,8 +38,8 @@ def comparison_rows(
             label = f"control, {label}"
         if decision.winner == v.name:
             label = f"WINNER ({label})"
-        rows.append((v.name, f"{v.eval.ppl:.3f}", f"{verdict.recovery:.3f}", worst_txt,
-                     f"{v.size_bytes / 1e6:.1f}", f"{v.bits_per_weight:.2f}",
+        rows.append((v.name, f"{v.eval.ppl:.3f}", f"{verdict.recovery:.3f}", worst_txt, task_txt,
+                     task_slice, judge_txt, f"{v.size_bytes / 1e6:.1f}", f"{v.bits_per_weight:.2f}",
                      f"{v.quantize_seconds:.1f}", label))
     return rows
 
@@ -41,20 +50,64 @@ def markdown_table(rows: list[tuple[str, ...]], header: tuple[str, ...] = HEADER
     return "\n".join(lines)
 
 
+def lmeval_table(baseline: LmEvalResult, variants: list[VariantScores]) -> str:
+    """Task metric values, each variant's with its recovery against the baseline."""
+    metrics = sorted(baseline.metrics)
+    header = ("variant", *metrics)
+    rows = [("baseline", *[f"{baseline.metrics[m]:.3f}" for m in metrics])]
+    for v in variants:
+        if v.lmeval is None:
+            continue
+        cells = []
+        for m in metrics:
+            got, base = v.lmeval.metrics.get(m), baseline.metrics[m]
+            cells.append("-" if got is None else
+                         f"{got:.3f} ({got / base:.2f})" if base > 0 else f"{got:.3f}")
+        rows.append((v.name, *cells))
+    return markdown_table(rows, header)
+
+
+def judge_lines(variants: list[VariantScores], vote: JudgeVote | None) -> list[str]:
+    if vote is None:
+        return ["Judge: disabled."]
+    lines = [f"Judge: {vote.note}. Pass rule when it counts: lower 95 % bound of the win-or-tie "
+             f"rate ≥ {vote.margin}.", ""]
+    for v in variants:
+        j = v.judge
+        if j is not None:
+            lines.append(f"- {v.name}: {j.wins} wins, {j.ties} ties, {j.losses} losses over "
+                         f"{j.decided} decided pairs of {j.pairs} ({j.identical} identical answers, "
+                         f"{j.inconsistent} inconsistent across the position swap, {j.unparseable} "
+                         f"unparseable verdicts, {j.errors} endpoint errors); swap consistency "
+                         f"{j.swap_consistency:.2f}")
+    return lines
+
+
 def gate_report(
     *, model: str, rows: list[tuple[str, ...]], decision: GateDecision, gate: GateConf,
     heldout_requests: int, heldout_tokens: int, min_slice_tokens: int,
+    baseline_lmeval: LmEvalResult | None = None, variants: list[VariantScores] | None = None,
+    judge_vote: JudgeVote | None = None,
 ) -> str:
-    return "\n".join([
+    lines = [
         f"# Gate report: {model}",
         "",
         f"**Decision:** {decision.reason}.",
         "",
         f"Held-out traffic: {heldout_requests} requests, {heldout_tokens} scored answer tokens. "
-        f"Threshold: PPL recovery (baseline / variant) ≥ {gate.threshold('ppl')} overall and on "
-        f"the worst slice (slices with ≥ {min_slice_tokens} tokens). Objective among passing "
+        f"Threshold: recovery ≥ {gate.threshold('ppl')} for PPL (baseline / variant) and for every "
+        f"lm-eval task metric (variant / baseline), overall and on the worst slice (slices with "
+        f"≥ {min_slice_tokens} tokens for PPL). Objective among passing "
         f"non-control variants: {', '.join(gate.objective)}.",
         "",
         markdown_table(rows),
         "",
-    ])
+    ]
+    if baseline_lmeval is not None:
+        lines += ["## lm-eval tasks (value, recovery)", "", lmeval_table(baseline_lmeval, variants or []), ""]
+        lines += [f"- {t}: skipped, {why}" for t, why in baseline_lmeval.skipped.items()]
+        lines += ["## LLM-as-judge", "", *judge_lines(variants or [], judge_vote), ""]
+    notes = [f"- {n}: {'; '.join(v.notes)}" for n, v in decision.verdicts.items() if v.notes]
+    if notes:
+        lines += ["## Notes", "", *notes, ""]
+    return "\n".join(lines)

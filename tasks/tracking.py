@@ -20,6 +20,8 @@ from mlflow.tracking import MlflowClient
 
 from quantgate.tasks.evaluate import EvalResult
 from quantgate.tasks.gate import VariantScores, Verdict
+from quantgate.tasks.judge import JudgeSummary
+from quantgate.tasks.lmeval import LmEvalResult
 
 _BAD_METRIC_CHARS = re.compile(r"[^\w\-. /]")
 
@@ -52,6 +54,34 @@ def eval_metrics(result: EvalResult) -> dict[str, float]:
     return metrics
 
 
+def lmeval_metrics(result: LmEvalResult) -> dict[str, float]:
+    metrics = {metric_name("lmeval", k): v for k, v in result.metrics.items()}
+    metrics |= {metric_name("lmeval", k, "stderr"): v for k, v in result.stderr.items()}
+    for metric, slices in result.slices.items():
+        for name, (mean, _) in slices.items():
+            metrics[metric_name("lmeval", metric, name)] = mean
+    return metrics
+
+
+def judge_metrics(summary: JudgeSummary) -> dict[str, float]:
+    decided = max(summary.decided, 1)
+    return {"judge.win_rate": summary.wins / decided, "judge.win_or_tie": summary.win_or_tie,
+            "judge.ci_low": summary.ci_low, "judge.ci_high": summary.ci_high,
+            "judge.pairs": float(summary.pairs), "judge.identical": float(summary.identical),
+            "judge.decided": float(summary.decided), "judge.inconsistent": float(summary.inconsistent),
+            "judge.unparseable": float(summary.unparseable), "judge.errors": float(summary.errors),
+            "judge.swap_consistency": summary.swap_consistency}
+
+
+def verdict_metrics(verdict: Verdict) -> dict[str, float]:
+    metrics = {"recovery.ppl": verdict.recovery, "recovery.ppl.worst_slice": verdict.worst_recovery,
+               "gate.passed": float(verdict.passed)}
+    metrics |= {metric_name("recovery", k): v for k, v in verdict.task_recovery.items()}
+    if verdict.worst_task_slice:
+        metrics["recovery.lmeval.worst_slice"] = verdict.worst_task_slice_recovery
+    return metrics
+
+
 def log_child_run(
     client: MlflowClient, *, experiment_id: str, parent_run_id: str, scores: VariantScores,
     verdict: Verdict | None, tags: dict[str, str], params: dict[str, Any],
@@ -69,12 +99,19 @@ def log_child_run(
         metrics |= {"size.bytes": float(scores.size_bytes),
                     "size.bits_per_weight": scores.bits_per_weight,
                     "time.quantize_s": scores.quantize_seconds}
+    if scores.lmeval is not None:
+        metrics |= lmeval_metrics(scores.lmeval)
+    if scores.judge is not None:
+        metrics |= judge_metrics(scores.judge)
     if verdict is not None and scores.eval is not None:
-        metrics |= {"recovery.ppl": verdict.recovery, "recovery.ppl.worst_slice":
-                    verdict.worst_recovery, "gate.passed": float(verdict.passed)}
-    log_metrics(client, rid, metrics)
+        metrics |= verdict_metrics(verdict)
+    log_metrics(client, rid, {k: v for k, v in metrics.items() if v == v})  # NaN: not measured
     if verdict is not None and verdict.worst_slice:
         client.set_tag(rid, "gate.worst_slice", verdict.worst_slice)
+    if verdict is not None and verdict.worst_task_slice:
+        client.set_tag(rid, "gate.worst_task_slice", verdict.worst_task_slice)
+    if verdict is not None and verdict.notes:
+        client.set_tag(rid, "gate.notes", "; ".join(verdict.notes)[:4000])
     if scores.error:
         client.set_tag(rid, "error", scores.error[:4000])
     for path in artifacts:

@@ -32,6 +32,8 @@ def run(tmp_path_factory):
             {"name": "int4_rtn", "method": "int4_rtn", "group_size": 64, "control": True},
             {"name": "int4_g128", "method": "int4_rtn", "group_size": 128},
         ],
+        "lmeval": {"limit": 12, "replay_size": 12, "min_slice_items": 4},
+        "judge": {"max_pairs": 3},
         "runtime": {"state_dir": str(tmp / "state"), "prefect_port": 4293},
     }
     path = tmp / "e2e.yaml"
@@ -71,6 +73,9 @@ def test_mlflow_has_runs_slice_metrics_and_canary(run):
     assert 0.9 < fp8["recovery.ppl"] <= 1.02
     assert children["int4_rtn"].data.metrics["recovery.ppl"] < fp8["recovery.ppl"]
     assert children["kv_fp8"].data.metrics["eval.kv_cache_quantized_layers"] == 30
+    # Task evals and the judge ran on the real model; the baseline answers some items right.
+    assert base["lmeval.qg_facts_mc.acc"] > 0.25  # above chance for 4 choices
+    assert "recovery.lmeval.qg_facts_mc.acc" in fp8 and fp8["judge.pairs"] == 3
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     winner = parent.data.tags["gate.winner"]
     if winner != "none":

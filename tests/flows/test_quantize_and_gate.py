@@ -26,7 +26,7 @@ VARIANTS = [
 ]
 
 
-def _config(tmp_path, model, port):
+def _config(tmp_path, model, port, *, judge=False):
     traffic = write_traffic(tmp_path / "traffic.jsonl", mixed_records(120),
                             [b"not json", b'{"id": "x"}'])
     conf = {"model": {"name": model, "served_name": "tiny"},
@@ -34,6 +34,13 @@ def _config(tmp_path, model, port):
             "calibration": {"max_seq_len": 64},
             "eval": {"window": 64, "batch_size": 8, "min_slice_tokens": 50},
             "variants": VARIANTS,
+            # A random tiny model scores near chance: its task metrics are noise, so they only
+            # have to run and be logged here (thresholds ~0); the judge only reports (advisory).
+            "lmeval": {"tasks": ["qg_facts_mc", "qg_replay"], "limit": 4, "replay_size": 6,
+                       "batch_size": 4, "min_slice_items": 2},
+            "judge": {"enabled": judge, "max_pairs": 2, "min_agreement": 1.0},
+            "gate": {"per_metric": {"lmeval.qg_facts_mc.acc": 0.01, "lmeval.qg_facts_mc.acc_norm": 0.01,
+                                    "lmeval.qg_replay.token_f1": 0.01}},
             "runtime": {"state_dir": str(tmp_path / "state"), "prefect_port": port}}
     path = tmp_path / "conf.yaml"
     path.write_text(yaml.safe_dump(conf))
@@ -50,7 +57,7 @@ def _cli(*args, **kw):
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory, tiny_model):
     tmp = tmp_path_factory.mktemp("flow")
-    conf = _config(tmp, tiny_model, 4291)
+    conf = _config(tmp, tiny_model, 4291, judge=True)
     proc = _cli("run", "--config", str(conf))
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
@@ -59,7 +66,7 @@ def first_run(tmp_path_factory, tiny_model):
 
 def test_run_prints_table_and_addresses(first_run):
     _, _, out = first_run
-    for stage in ("[1/6]", "[4/6]", "[6/6]"):
+    for stage in ("[1/7]", "[4/7]", "[6/7]", "[7/7]"):
         assert stage in out
     assert "| baseline |" in out and "| int4_gptq |" in out
     assert "FAILED: QuantizeError: variants[bad_group].group_size=48" in out
@@ -86,6 +93,19 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
                 "size.bytes", "size.bits_per_weight"):
         assert key in gptq.metrics, key
     assert children["kv_fp8"].data.metrics["eval.kv_cache_quantized_layers"] == 2
+    for key in ("lmeval.qg_facts_mc.acc", "lmeval.qg_replay.token_f1", "judge.pairs",
+                "judge.win_or_tie", "judge.identical"):
+        assert key in gptq.metrics, key
+    base = children["baseline"].data.metrics
+    for metric in ("qg_facts_mc.acc", "qg_replay.token_f1"):  # recovery where the baseline scores
+        if base[f"lmeval.{metric}"] > 0:
+            assert f"recovery.lmeval.{metric}" in gptq.metrics, metric
+        else:
+            assert f"lmeval.{metric}: baseline scores 0" in gptq.tags["gate.notes"], metric
+    assert gptq.metrics["judge.pairs"] == 2
+    assert any(k.startswith("lmeval.qg_replay.token_f1.domain.") for k in gptq.metrics)
+    files = {f.path for f in client.list_artifacts(children["int4_gptq"].info.run_id)}
+    assert {"lmeval.json", "lmeval_samples.jsonl", "judge_transcript.jsonl"} <= files
     winner = parent.data.tags["gate.winner"]
     passed = {n for n, r in children.items() if r.data.metrics.get("gate.passed") == 1.0}
     versions = client.search_model_versions("name='tiny'")
@@ -95,6 +115,10 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
     assert alias_history(client, "tiny")[-1]["alias"] == "canary"
     artifacts = {f.path for f in client.list_artifacts(parent.info.run_id)}
     assert {"gate_report.md", "quarantine.jsonl"} <= artifacts
+    (tmp / "dl").mkdir(exist_ok=True)
+    report = client.download_artifacts(parent.info.run_id, "gate_report.md", str(tmp / "dl"))
+    text = Path(report).read_text()
+    assert "## lm-eval tasks" in text and "## LLM-as-judge" in text and "| int4_gptq |" in text
 
 
 def test_identical_rerun_reuses_every_variant(first_run):

@@ -53,3 +53,67 @@ def test_unknown_objective_is_named():
     v = _v("a", 10.0, {}, 1)
     with pytest.raises(ValueError, match="gate.objective"):
         decide(BASE, [v], GateConf(objective=("speed",)), min_slice_tokens=1)
+
+
+def _lm(metrics, slices=None):
+    from quantgate.tasks.lmeval import LmEvalResult
+
+    return LmEvalResult(metrics, {}, slices or {}, {}, "")
+
+
+def _judge(ci_low):
+    from quantgate.tasks.judge import JudgeSummary
+
+    return JudgeSummary(20, 5, 20, 5, 8, 7, 0, 0, 0, 1.0, 0.65, ci_low, 0.8, "text")
+
+
+def _with(v, **kw):
+    from dataclasses import replace
+
+    return replace(v, **kw)
+
+
+BASE_LM = _lm({"qg_arith.exact_match": 0.20, "qg_facts_mc.acc": 0.60, "qg_json_tool.call_exact": 0.0},
+              {"qg_replay.token_f1": {"domain=code": (0.30, 40), "domain=math": (0.20, 40),
+                                      "lang=fr": (0.25, 5)}})
+
+
+def test_task_metric_recovery_gates_and_a_zero_baseline_does_not():
+    good = _with(_v("good", 10.1, {"domain=code": 8.1, "domain=math": 12.1}, 100),
+                 lmeval=_lm({"qg_arith.exact_match": 0.19, "qg_facts_mc.acc": 0.60,
+                             "qg_json_tool.call_exact": 0.0}))
+    bad = _with(good, name="bad", lmeval=_lm({"qg_arith.exact_match": 0.10, "qg_facts_mc.acc": 0.61,
+                                              "qg_json_tool.call_exact": 0.0}))
+    d = decide(BASE, [good, bad], GateConf(), min_slice_tokens=100, baseline_lmeval=BASE_LM)
+    assert d.verdicts["good"].passed, d.verdicts["good"].reasons
+    assert d.verdicts["good"].task_recovery["lmeval.qg_arith.exact_match"] == pytest.approx(0.95)
+    assert "lmeval.qg_json_tool.call_exact" not in d.verdicts["good"].task_recovery
+    assert any("baseline scores 0" in n for n in d.verdicts["good"].notes)
+    assert d.verdicts["bad"].reasons == ["lmeval.qg_arith.exact_match recovery 0.500 < 0.95"]
+
+
+def test_worst_task_slice_gates_and_small_slices_do_not():
+    lm = _lm(dict(BASE_LM.metrics), {"qg_replay.token_f1": {"domain=code": (0.30, 40),
+                                                             "domain=math": (0.15, 40),
+                                                             "lang=fr": (0.0, 5)}})
+    v = _with(_v("v", 10.0, {"domain=code": 8.0, "domain=math": 12.0}, 100), lmeval=lm)
+    verdict = decide(BASE, [v], GateConf(), min_slice_tokens=100, baseline_lmeval=BASE_LM,
+                     min_slice_items=20).verdicts["v"]
+    assert verdict.worst_task_slice == "lmeval.qg_replay.token_f1@domain=math"
+    assert verdict.worst_task_slice_recovery == pytest.approx(0.75)
+    assert not verdict.passed and "worst slice lmeval.qg_replay.token_f1@domain=math" in verdict.reasons[0]
+
+
+def test_judge_blocks_only_when_its_reliability_earns_a_vote():
+    from quantgate.tasks.gate import JudgeVote
+
+    v = _with(_v("v", 10.0, {"domain=code": 8.0, "domain=math": 12.0}, 100), judge=_judge(0.40))
+    counts = decide(BASE, [v], GateConf(), min_slice_tokens=100,
+                    judge_vote=JudgeVote(True, 0.5, "judge counts")).verdicts["v"]
+    assert not counts.passed and counts.reasons == ["judge win-or-tie CI low 0.40 < 0.5"]
+    advisory = decide(BASE, [v], GateConf(), min_slice_tokens=100,
+                      judge_vote=JudgeVote(False, 0.5, "judge advisory: agreement 0.60")).verdicts["v"]
+    assert advisory.passed and advisory.notes == ["judge advisory: agreement 0.60"]
+    fine = _with(v, judge=_judge(0.55))
+    assert decide(BASE, [fine], GateConf(), min_slice_tokens=100,
+                  judge_vote=JudgeVote(True, 0.5, "judge counts")).verdicts["v"].passed
