@@ -78,6 +78,9 @@ class LmEvalConf(Strict):
     run where their data is reachable and are skipped with the reason where it is not."""
 
     tasks: tuple[str, ...] = ("qg_facts_mc", "qg_arith", "qg_json_tool", "qg_replay")
+    backend: Literal["hf", "vllm"] = Field(
+        default="hf", description="hf: our loader + lm-eval's HF model (CPU/GPU); vllm: lm-eval's "
+        "vLLM model on the checkpoint path (GPU workers; not exercised on the CPU machine)")
     replay_size: Annotated[int, Field(ge=1)] = 100
     batch_size: Annotated[int, Field(ge=1)] = 16
     limit: Annotated[int, Field(ge=1)] | None = Field(

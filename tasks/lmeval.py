@@ -90,7 +90,7 @@ def slice_means(rows: list[dict]) -> dict[str, dict[str, tuple[float, int]]]:
 
 def run_lmeval(
     checkpoint: str, out_dir: str, *, tasks: list[str], replay_path: str, replay_size: int,
-    batch_size: int, dtype: str = "float32", limit: int | None = None,
+    batch_size: int, dtype: str = "float32", limit: int | None = None, backend: str = "hf",
 ) -> LmEvalResult:
     import lm_eval
     from lm_eval.models.huggingface import HFLM
@@ -107,9 +107,16 @@ def run_lmeval(
     rows: list[dict] = []
     versions: dict[str, Any] = {}
     if task_objs:
-        model = load_causal_lm(checkpoint, dtype)
-        lm = HFLM(pretrained=model, tokenizer=load_tokenizer(checkpoint), batch_size=batch_size,
-                  backend="causal")
+        lm: Any
+        if backend == "vllm":
+            # vLLM reads compressed-tensors checkpoints (and their kv_cache_scheme) natively.
+            from lm_eval.api.registry import get_model
+
+            lm = get_model("vllm")(pretrained=checkpoint, batch_size=batch_size)
+        else:
+            model = load_causal_lm(checkpoint, dtype)
+            lm = HFLM(pretrained=model, tokenizer=load_tokenizer(checkpoint), batch_size=batch_size,
+                      backend="causal")
         results = lm_eval.simple_evaluate(
             model=lm, tasks=list(task_objs.values()), apply_chat_template=True, limit=limit,
             log_samples=True, bootstrap_iters=1000, random_seed=0, numpy_random_seed=0,

@@ -61,7 +61,7 @@ def lmeval_task(*, variant: str, checkpoint: str, out_dir: str, conf: LmEvalConf
     set_threads(conf.num_cpus)
     return run_lmeval(checkpoint, out_dir, tasks=list(conf.tasks), replay_path=replay_path,
                       replay_size=conf.replay_size, batch_size=conf.batch_size, dtype=dtype,
-                      limit=conf.limit)
+                      limit=conf.limit, backend=conf.backend)
 
 
 # The judge server's port changes from run to run: not part of what the result depends on.
