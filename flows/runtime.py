@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from quantgate.tasks.child_process import own_session_tied_to_parent
+
 # Telemetry off, loopback only (STACK.md): Ray otherwise listens on every interface.
 QUIET_ENV = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
@@ -72,21 +74,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _own_session_tied_to_parent() -> None:
-    """Runs in the server's child process before exec.
-
-    Its own session: a SIGTERM or Ctrl-C sent to the CLI's process group must not kill the
-    server before the CLI has used it to shut down (a served runner pauses its deployments
-    through the API; with the server gone it retries for minutes). PDEATHSIG: if the CLI
-    itself is killed outright, the kernel still stops the server instead of orphaning it."""
-    os.setsid()
-    if sys.platform == "linux":
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
 @contextlib.contextmanager
 def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[PrefectServer]:
     """Use the server named by PREFECT_API_URL, else start one on `port` (or a free port if
@@ -107,7 +94,7 @@ def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[P
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
            "--port", str(port), "--ui" if ui else "--no-ui", "--analytics-off"]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
-                            preexec_fn=_own_session_tied_to_parent)
+                            preexec_fn=own_session_tied_to_parent)
     try:
         deadline = time.monotonic() + 90
         while not _healthy(api):

@@ -9,6 +9,7 @@ from pathlib import Path
 from quantgate.conf.schema import JudgeConf
 from quantgate.tasks.judge import JudgeSummary, Pair, judge_pairs
 from quantgate.tasks.judge_client import ChatEndpoint
+from quantgate.tasks.lmeval import spread
 
 REPLAY_TASK = "qg_replay"
 
@@ -26,7 +27,8 @@ def replay_answers(samples_path: str) -> dict[str, tuple[str, str]]:
 
 def replay_pairs(baseline_samples: str, candidate_samples: str, max_pairs: int) -> list[Pair]:
     base, cand = replay_answers(baseline_samples), replay_answers(candidate_samples)
-    ids = [i for i in base if i in cand][:max_pairs]  # file order: the stratified held-out order
+    common = [i for i in base if i in cand]
+    ids = [common[k] for k in spread(len(common), max_pairs)]  # every stratum, not the head
     return [Pair(i, base[i][0], cand[i][1], base[i][1]) for i in ids]
 
 

