@@ -114,6 +114,8 @@ class JudgeConf(Strict):
         default=0.8, description="measured share of decided labelled pairs judged right")
     min_consistency: Annotated[float, Field(ge=0, le=1)] = Field(
         default=0.5, description="measured share of labelled pairs decided (orders agree)")
+    min_decided: Annotated[int, Field(ge=1)] = Field(
+        default=10, description="fewer decided pairs in a run: that judge result is inconclusive")
     threads: Annotated[int, Field(ge=1)] = 2
     timeout_s: Annotated[float, Field(gt=0)] = 120
     retries: Annotated[int, Field(ge=0)] = 3

@@ -40,6 +40,10 @@ class JudgeVote:
     counts: bool
     margin: float
     note: str
+    # In the run itself: fewer decided pairs or a lower swap consistency than this makes the
+    # variant's judge result inconclusive (reported, not blocking).
+    min_decided: int = 10
+    min_consistency: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -122,10 +126,14 @@ def gate_variant(v: VariantScores, baseline: EvalResult, gate: GateConf, *, min_
     if judge_vote is not None:
         if v.judge is None:
             notes.append("judge did not run")
-        elif judge_vote.counts and not v.judge.ci_low >= judge_vote.margin:
-            reasons.append(f"judge win-or-tie CI low {v.judge.ci_low:.2f} < {judge_vote.margin}")
         elif not judge_vote.counts:
             notes.append(judge_vote.note)
+        elif (v.judge.decided < judge_vote.min_decided
+              or not v.judge.swap_consistency >= judge_vote.min_consistency):
+            notes.append(f"judge inconclusive: {v.judge.decided} decided pairs, swap consistency "
+                         f"{v.judge.swap_consistency:.2f} on this run's prompts")
+        elif not v.judge.ci_low >= judge_vote.margin:
+            reasons.append(f"judge win-or-tie CI low {v.judge.ci_low:.2f} < {judge_vote.margin}")
     return Verdict(v.name, not reasons, recovery, worst, worst_rec, reasons, tasks, worst_task,
                    task_slices.get(worst_task, float("nan")), notes)
 

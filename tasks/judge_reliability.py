@@ -144,4 +144,5 @@ def judge_vote(conf: JudgeConf) -> JudgeVote:
     if rec["decided_agreement"] < conf.min_agreement or rec["swap_consistency"] < conf.min_consistency:
         return JudgeVote(False, conf.margin, f"judge advisory: {measured}; needs "
                          f"{conf.min_agreement:.0%} right and {conf.min_consistency:.0%} decided")
-    return JudgeVote(True, conf.margin, f"judge counts: {measured}")
+    return JudgeVote(True, conf.margin, f"judge counts: {measured}", min_decided=conf.min_decided,
+                     min_consistency=conf.min_consistency)

@@ -61,10 +61,10 @@ def _lm(metrics, slices=None):
     return LmEvalResult(metrics, {}, slices or {}, {}, "")
 
 
-def _judge(ci_low):
+def _judge(ci_low, decided=20, consistency=1.0):
     from quantgate.tasks.judge import JudgeSummary
 
-    return JudgeSummary(20, 5, 20, 5, 8, 7, 0, 0, 0, 1.0, 0.65, ci_low, 0.8, "text")
+    return JudgeSummary(20, 5, decided, 5, 8, 7, 0, 0, 0, consistency, 0.65, ci_low, 0.8, "text")
 
 
 def _with(v, **kw):
@@ -114,6 +114,10 @@ def test_judge_blocks_only_when_its_reliability_earns_a_vote():
     advisory = decide(BASE, [v], GateConf(), min_slice_tokens=100,
                       judge_vote=JudgeVote(False, 0.5, "judge advisory: agreement 0.60")).verdicts["v"]
     assert advisory.passed and advisory.notes == ["judge advisory: agreement 0.60"]
+    few = _with(v, judge=_judge(0.0, decided=4, consistency=0.14))  # a run where it rarely decides
+    inconclusive = decide(BASE, [few], GateConf(), min_slice_tokens=100,
+                          judge_vote=JudgeVote(True, 0.5, "judge counts")).verdicts["v"]
+    assert inconclusive.passed and inconclusive.notes[0].startswith("judge inconclusive: 4 decided")
     fine = _with(v, judge=_judge(0.55))
     assert decide(BASE, [fine], GateConf(), min_slice_tokens=100,
                   judge_vote=JudgeVote(True, 0.5, "judge counts")).verdicts["v"].passed
