@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantgate.tasks.child_process import own_session_tied_to_parent
+from quantgate.tasks.child_process import free_port, own_session_tied_to_parent
 
 # Telemetry off, loopback only (STACK.md): Ray otherwise listens on every interface.
 QUIET_ENV = {
@@ -68,12 +68,6 @@ def _port_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[PrefectServer]:
     """Use the server named by PREFECT_API_URL, else start one on `port` (or a free port if
@@ -88,7 +82,7 @@ def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[P
     # A busy port may hold another project's server (another database): start our own
     # elsewhere rather than write into it. A shared server is chosen with PREFECT_API_URL.
     if not _port_free(port):
-        port = _free_port()
+        port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     log = (state_dir / "prefect-server.log").open("ab")
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",

