@@ -13,7 +13,7 @@ Sample::
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -52,6 +52,7 @@ class KvFp8(_Variant):
 
 
 class _Int4(_Variant):
+    num_bits: ClassVar[int] = 4
     group_size: Annotated[int, Field(ge=8)] = 64
     symmetric: bool = True
 
@@ -78,9 +79,74 @@ class Int4Awq(_Int4):
     n_grid: Annotated[int, Field(ge=2)] = 20
 
 
+class Int2Rtn(Int4Rtn):
+    """Control for the 2-bit methods: round-to-nearest on a 2-bit grid, group-wise scales."""
+
+    num_bits: ClassVar[int] = 2
+    method: Literal["int2_rtn"]  # type: ignore[assignment]
+    control: bool = True
+
+
+class Int2Gptq(Int4Gptq):
+    """Control for the 2-bit methods: GPTQ on a 2-bit grid (Hessian-aware, scalar, no rotation)."""
+
+    num_bits: ClassVar[int] = 2
+    method: Literal["int2_gptq"]  # type: ignore[assignment]
+    control: bool = True
+
+
+class _TwoBit(_Variant):
+    num_samples: Annotated[int, Field(ge=1)] = 64
+    time_budget_s: Annotated[float, Field(gt=0)] = Field(
+        default=900, description="wall-clock budget for the whole model; past it the remaining layers "
+        "get the method's cheap path and the record says so")
+    hessian_damp: Annotated[float, Field(gt=0, lt=1)] = Field(
+        default=0.01, description="added to the diagonal of H / mean(diag H)")
+    seed: int = 0
+    finetune_epochs: Annotated[int, Field(ge=0)] = Field(
+        default=2, description="end-to-end fine-tuning of the continuous parameters (signs/scales or "
+        "codebooks, norms) on the baseline's logits; 0 turns it off")
+    finetune_share: Annotated[float, Field(ge=0, lt=1)] = Field(
+        default=0.5, description="share of time_budget_s kept for fine-tuning; the layer loop gets the rest")
+    finetune_lr: Annotated[float, Field(gt=0)] = 5e-4
+    resources: Resources = Resources(num_cpus=2, memory_gb=6)
+
+
+class QuipSharp2Bit(_TwoBit):
+    """QuIP# at 2 bits: randomized Hadamard incoherence, E8P lattice codebook, BlockLDLQ rounding.
+
+    Sample::
+
+        - {name: quip_sharp_2bit, method: quip_sharp_2bit, time_budget_s: 900}
+    """
+
+    method: Literal["quip_sharp_2bit"]
+    scale_grid: tuple[Annotated[float, Field(gt=0)], ...] = Field(
+        default=(1.0,), min_length=1,
+        description="target RMS of W̃ before E8P rounding; each layer keeps the candidate with the lowest "
+                    "proxy loss (paper: ~0.9; the codebook's Gaussian optimum is ~1.04)")
+
+
+class Aqlm2x8(_TwoBit):
+    """AQLM with two 8-bit codebooks over groups of 8 inputs (~2.1 bits per weight on SmolLM2).
+
+    1x16 (one 65,536-entry codebook) is the better format on 7B models but pointless here: a
+    per-layer 1 MiB codebook on a 576-wide layer costs ~18.6 bits per weight, more than the
+    codes it serves. Sample::
+
+        - {name: aqlm_2x8, method: aqlm_2x8, beam_size: 2, max_rounds: 3}
+    """
+
+    method: Literal["aqlm_2x8"]
+    beam_size: Annotated[int, Field(ge=1, le=64)] = 2
+    max_rounds: Annotated[int, Field(ge=0)] = 3
+    adam_steps: Annotated[int, Field(ge=0)] = 10
+
+
 VariantSpec = Annotated[
-    Fp8W8A8 | KvFp8 | Int4Rtn | Int4Gptq | Int4Awq,
+    Fp8W8A8 | KvFp8 | Int4Rtn | Int4Gptq | Int4Awq | Int2Rtn | Int2Gptq | QuipSharp2Bit | Aqlm2x8,
     Field(discriminator="method"),
 ]
 
-METHOD_NAMES: tuple[str, ...] = ("fp8_w8a8", "kv_fp8", "int4_rtn", "int4_gptq", "int4_awq")
+METHOD_NAMES: tuple[str, ...] = ("fp8_w8a8", "kv_fp8", "int4_rtn", "int4_gptq", "int4_awq", "int2_rtn",
+                                 "int2_gptq", "quip_sharp_2bit", "aqlm_2x8")

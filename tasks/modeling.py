@@ -28,11 +28,16 @@ def load_causal_lm(path: str, dtype: str = "float32") -> torch.nn.Module:
 
     Compressed-tensors weights are dequantized at load (`dequantize=True`) rather than by the
     hook that waits for the first forward of the top-level model: evaluation runs the decoder
-    on its own. Activation and KV-cache quantization stay in place either way."""
+    on its own. Activation and KV-cache quantization stay in place either way. Our 2-bit
+    codebook formats (QuIP#, AQLM) are rebuilt by `load_codebook_model`, decoded once likewise."""
     from transformers import AutoConfig, AutoModelForCausalLM, CompressedTensorsConfig
+
+    from quantgate.tasks.quantize.codebook_checkpoint import CODEBOOK_METHODS, load_codebook_model
 
     kwargs = {}
     quant = getattr(AutoConfig.from_pretrained(path), "quantization_config", None) or {}
+    if isinstance(quant, dict) and quant.get("quant_method") in CODEBOOK_METHODS:
+        return load_codebook_model(path, DTYPES[dtype])
     if isinstance(quant, dict) and quant.get("quant_method") == "compressed-tensors":
         kwargs["quantization_config"] = CompressedTensorsConfig(dequantize=True)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], **kwargs)

@@ -17,6 +17,7 @@ from quantgate.tasks.tracking import (
     log_child_run,
     log_metrics,
     move_alias,
+    quantize_note_metrics,
     register_version,
 )
 
@@ -78,6 +79,8 @@ def publish_run(
                 client, experiment_id=exp_id, parent_run_id=pid, scores=v, verdict=verdict,
                 tags=tags, params={"method": v.method, "control": str(v.control)},
                 artifacts=[*variant_artifacts.get(v.name, []), str(verdict_file)])
+        if v.name in checkpoints:
+            log_metrics(client, children[v.name], quantize_note_metrics(checkpoints[v.name]))
         if verdict.passed and v.name in checkpoints:
             registered[v.name] = _register(client, inp.registered_model, children[v.name],
                                            checkpoints[v.name], v.name)

@@ -1,5 +1,6 @@
 """What a checkpoint costs: total tensor bytes, and bits per weight of its Linear layers
-counting everything stored for them (packed codes, scales, zero points, shapes)."""
+counting everything stored for them: packed codes, scales, zero points, shapes; for the 2-bit
+formats also the per-layer codebooks (AQLM) and Hadamard sign vectors and scale (QuIP#)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from safetensors import safe_open
 _DTYPE_BITS = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "I32": 32, "I16": 16,
                "I8": 8, "U8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "BOOL": 8}
 _LINEAR_TENSORS = ("weight", "weight_packed", "weight_scale", "weight_zero_point", "weight_shape",
-                   "weight_g_idx")
+                   "weight_g_idx",
+                   "qidxs", "SU", "SV", "Wscale",  # QuIP#: one 16-bit E8P index per 8 weights
+                   "codes", "codebooks", "scales")  # AQLM: M codes per 8 weights (groups of 8)
+_WEIGHTS_PER_CODE = 8  # both 2-bit formats group 8 input weights
 
 
 @dataclass(frozen=True)
@@ -46,5 +50,8 @@ def checkpoint_size(checkpoint: str) -> CheckpointSize:
                 elif leaf == "weight_shape":
                     rows, cols = f.get_tensor(key).tolist()
                     weights += rows * cols
+                elif leaf in ("qidxs", "codes"):  # [m, n/8] or [m, n/8, M]
+                    rows, groups = s.get_shape()[:2]
+                    weights += rows * groups * _WEIGHTS_PER_CODE
     bpw = linear_bits / weights if weights else float("nan")
     return CheckpointSize(total_bits // 8, weights, bpw)

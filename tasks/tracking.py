@@ -63,6 +63,15 @@ def lmeval_metrics(result: LmEvalResult) -> dict[str, float]:
     return metrics
 
 
+def quantize_note_metrics(checkpoint: str) -> dict[str, float]:
+    """`quantize.<note>` for the numeric notes a method left in its variant record (2-bit methods:
+    mean proxy loss, layers that ran out of budget, Hessian time)."""
+    record = Path(checkpoint) / "quantgate_variant.json"
+    notes = json.loads(record.read_text()).get("notes", {}) if record.is_file() else {}
+    return {f"quantize.{k}": float(v) for k, v in notes.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
 def judge_metrics(summary: JudgeSummary) -> dict[str, float]:
     decided = max(summary.decided, 1)
     return {"judge.win_rate": summary.wins / decided, "judge.win_or_tie": summary.win_or_tie,

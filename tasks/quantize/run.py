@@ -1,5 +1,7 @@
-"""Run one variant's quantization through llm-compressor and save a compressed-tensors
-checkpoint that transformers reloads. Idempotent: a finished output (`DONE`) is reused."""
+"""Run one variant's quantization and save a checkpoint that `load_causal_lm` reloads:
+llm-compressor recipes give compressed-tensors checkpoints; our own codebook methods
+(QuIP#, AQLM) give the formats of `codebook_checkpoint`. Idempotent: a finished output
+(`DONE`) is reused."""
 
 from __future__ import annotations
 
@@ -8,20 +10,26 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from quantgate.conf.methods import VariantSpec
+from quantgate.kernels.ldlq import HessianNotPositiveDefinite
 from quantgate.tasks.code_digest import source_digest
 from quantgate.tasks.modeling import load_causal_lm, load_tokenizer
+from quantgate.tasks.quantize import codebook_checkpoint, codebook_method, finetune_e2e
+from quantgate.tasks.quantize.codebook_checkpoint import save_codebook_checkpoint
+from quantgate.tasks.quantize.codebook_method import calibration_hessians
+from quantgate.tasks.quantize.finetune_e2e import finetune_checkpoint
 from quantgate.tasks.quantize.registry import quantizer_for
 from quantgate.tasks.text import encode_request
 from quantgate.tasks.traffic import read_requests
 
 VARIANT_RECORD = "quantgate_variant.json"
+_OWN_KERNELS = (Path(__file__).parents[2] / "kernels",)
 
 
 class QuantizeError(RuntimeError):
@@ -37,8 +45,11 @@ class QuantizeResult:
 
 def quantize_code_digest(method: str) -> str:
     """Our runner and method module, and the library versions that do the work."""
-    return source_digest(sys.modules[__name__], quantizer_for(method),
-                         packages=("llmcompressor", "compressed-tensors", "transformers", "torch"))
+    own = hasattr(quantizer_for(method), "quantize_model")
+    return source_digest(sys.modules[__name__], quantizer_for(method), codebook_checkpoint, codebook_method,
+                         finetune_e2e,
+                         packages=("llmcompressor", "compressed-tensors", "transformers", "torch"),
+                         trees=_OWN_KERNELS if own else ())
 
 
 def check_group_size(model: torch.nn.Module, spec: VariantSpec) -> None:
@@ -70,25 +81,52 @@ def quantize_variant(
     if method.NEEDS_CALIBRATION:
         dataset = _calibration_dataset(tokenizer, calibration_path, spec.num_samples, max_seq_len)
     patches = getattr(method, "runtime_patches", contextlib.nullcontext)
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
     start = time.perf_counter()
+    notes: dict[str, Any] = {}
     try:
-        with patches():
-            _oneshot(model, method.build_recipe(spec), dataset, max_seq_len)
+        if hasattr(method, "quantize_model"):
+            notes = _own_method(method, spec, model, tokenizer, dataset, tmp, start)
+        else:
+            with patches():
+                _oneshot(model, method.build_recipe(spec), dataset, max_seq_len)
+            model.save_pretrained(tmp, save_compressed=True)
+            tokenizer.save_pretrained(tmp)
     except torch.OutOfMemoryError as exc:
         raise QuantizeError(f"variants[{spec.name}]: out of memory; lower num_samples or "
                             f"raise resources.memory_gb ({exc})") from exc
+    except HessianNotPositiveDefinite as exc:
+        raise QuantizeError(f"variants[{spec.name}]: {exc}") from exc
     seconds = time.perf_counter() - start
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp, save_compressed=True)
-    tokenizer.save_pretrained(tmp)
     record = {"spec": spec.model_dump(mode="json"), "seconds": seconds, "model": model_path,
-              "calibration": calibration_path, "samples": len(dataset or [])}
+              "calibration": calibration_path, "samples": len(dataset or []), "notes": notes}
     (tmp / VARIANT_RECORD).write_text(json.dumps(record, indent=1))
     (tmp / "DONE").touch()
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
     return QuantizeResult(str(out), seconds, reused=False)
+
+
+def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, dataset: Any, out: Path,
+                start: float) -> dict[str, Any]:
+    """Hessians from the calibration forwards, the method's layer loop under its budget, save."""
+    batches = (torch.tensor([row["input_ids"]]) for row in dataset)
+    hessians = calibration_hessians(model, batches, ignore=spec.ignore)
+    hessian_seconds = time.perf_counter() - start
+    deadline = time.monotonic() + spec.time_budget_s - hessian_seconds
+    reserve = spec.time_budget_s * spec.finetune_share if spec.finetune_epochs else 0.0
+    result = method.quantize_model(spec, model=model, hessians=hessians, deadline=deadline - reserve)
+    save_codebook_checkpoint(model, tokenizer, layers=result.layers,
+                             quantization_config=result.quantization_config, out=out)
+    notes = result.notes | {"hessian_seconds": hessian_seconds,
+                            "layers_seconds": time.perf_counter() - start - hessian_seconds}
+    if spec.finetune_epochs:
+        batches = [torch.tensor([row["input_ids"]]) for row in dataset]
+        tuned = finetune_checkpoint(str(out), model, batches, deadline=deadline, epochs=spec.finetune_epochs,
+                                    lr=spec.finetune_lr)
+        notes |= {f"finetune_{k}": v for k, v in asdict(tuned).items()}
+    return notes
 
 
 def _calibration_dataset(tokenizer: Any, path: str, n: int, max_len: int) -> Any:

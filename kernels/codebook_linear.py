@@ -1,0 +1,99 @@
+"""Linear layers stored as 2-bit codes: QuIP# (E8P) and AQLM (additive codebooks).
+
+Both hold their codes as buffers named as in their checkpoints, so a state dict loads
+straight in. `forward` runs the compressed path (decode fused with the matmul: Triton on
+GPU, a vectorized CPU op otherwise). `materialize()` decodes the weight once into a dense
+fp32 copy for throughput work such as perplexity and lm-eval over thousands of prompts:
+the numbers are the same (tested), only the memory saving is given up.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from quantgate.kernels.aqlm_ops import aqlm_decode_matmul, aqlm_decode_weight
+from quantgate.kernels.e8p import e8p_codebook
+from quantgate.kernels.hadamard import rht, rht_inverse, small_factor
+from quantgate.kernels.quip_ops import e8p_decode_matmul, e8p_decode_weight
+
+
+class _CodebookLinear(torch.nn.Module):
+    dense: torch.Tensor | None
+
+    def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.bias = torch.nn.Parameter(torch.zeros(out_features), requires_grad=False) if bias else None
+        self.dense = None
+
+    def decode_weight(self) -> torch.Tensor:  # [m, n] float32
+        raise NotImplementedError
+
+    def _tuning(self) -> bool:
+        """Fine-tuning its continuous parameters: the forward must be differentiable in them."""
+        return torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+
+    def materialize(self) -> None:
+        self.dense = self.decode_weight()
+
+    def dematerialize(self) -> None:
+        self.dense = None
+
+
+class QuipLinear(_CodebookLinear):
+    """y = wscale · T_mᵀ (decode(qidxs) · T_n x) + b, T the randomized Hadamard transforms."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+        super().__init__(in_features, out_features, bias)
+        self.register_buffer("qidxs", torch.zeros(out_features, in_features // 8, dtype=torch.int16))
+        # fp16, not int8: end-to-end fine-tuning turns the signs into real-valued scales.
+        self.register_buffer("SU", torch.ones(in_features, dtype=torch.float16))
+        self.register_buffer("SV", torch.ones(out_features, dtype=torch.float16))
+        self.register_buffer("Wscale", torch.ones((), dtype=torch.float32))
+        # Rebuilt, not stored: deterministic functions of the layer's shape.
+        self.register_buffer("factor_in", small_factor(in_features), persistent=False)
+        self.register_buffer("factor_out", small_factor(out_features), persistent=False)
+        self.register_buffer("codebook", e8p_codebook(), persistent=False)
+
+    def decode_weight(self) -> torch.Tensor:
+        w = e8p_decode_weight(self.qidxs, self.codebook) * self.Wscale.float()  # [m, n], rotated basis
+        w = rht_inverse(w, self.SU.float(), self.factor_in)  # W̃ T_n
+        return rht_inverse(w.T.contiguous(), self.SV.float(), self.factor_out).T.contiguous()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dense is not None:
+            return F.linear(x, self.dense.to(x.dtype), self.bias)
+        if self._tuning():
+            return F.linear(x, self.decode_weight().to(x.dtype), self.bias)
+        x_rot = rht(x, self.SU.to(x.dtype), self.factor_in.to(x.dtype))  # (.., n)
+        y_rot = e8p_decode_matmul(x_rot, self.qidxs, self.codebook)  # (.., m)
+        y = rht_inverse(y_rot, self.SV.to(x.dtype), self.factor_out.to(x.dtype)) * self.Wscale.to(x.dtype)
+        return y if self.bias is None else y + self.bias
+
+
+class AqlmLinear(_CodebookLinear):
+    """The `aqlm` package's QuantizedLinear layout: codes [m, n/g, M] int8, codebooks
+    [M, 2^B, 1, g], scales [m, 1, 1, 1]. Our own module so the CPU path is correct and fast
+    (aqlm 1.1.7's numba GEMV races across threads)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, *,
+                 num_codebooks: int = 2, nbits: int = 8, group: int = 8) -> None:
+        super().__init__(in_features, out_features, bias)
+        if nbits > 8:
+            raise ValueError(f"nbits_per_codebook={nbits}: only codebooks of ≤ 256 entries (int8 codes)")
+        frozen = {"requires_grad": False}
+        self.codebooks = torch.nn.Parameter(torch.zeros(num_codebooks, 2**nbits, 1, group), **frozen)
+        codes = torch.zeros(out_features, in_features // group, num_codebooks, dtype=torch.int8)
+        self.codes = torch.nn.Parameter(codes, **frozen)
+        self.scales = torch.nn.Parameter(torch.ones(out_features, 1, 1, 1), **frozen)
+
+    def decode_weight(self) -> torch.Tensor:
+        return aqlm_decode_weight(self.codes, self.codebooks, self.scales)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.dense is not None:
+            return F.linear(x, self.dense.to(x.dtype), self.bias)
+        if self._tuning():
+            return F.linear(x, self.decode_weight().to(x.dtype), self.bias)
+        return aqlm_decode_matmul(x, self.codes, self.codebooks, self.scales, self.bias)

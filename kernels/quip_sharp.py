@@ -1,0 +1,92 @@
+"""QuIP# for one Linear layer: incoherence processing, E8P lattice codebook, BlockLDLQ.
+
+Minimizes the layer's proxy loss tr((W − Ŵ) H (W − Ŵ)ᵀ), H = E[x xᵀ] of its inputs, at 2 bits
+per weight. Tseng, Chee, Sun, Kuleshov, De Sa, "QuIP#: Even Better LLM Quantization with
+Hadamard Incoherence and Lattice Codebooks", arXiv 2402.04396.
+
+Notation: W [m, n], S_U [n] and S_V [m] random signs, T_n = (F ⊗ H_p/√p)·diag(S_U) the
+randomized Hadamard transform of `kernels.hadamard` (T_m likewise with S_V).
+  1. W̃ = T_m W T_nᵀ and H̃ = T_n H T_nᵀ: the rotation spreads outlier rows/columns so every
+     entry of W̃ is roughly Gaussian and H̃ has no dominant direction (incoherence).
+  2. W̃ is divided by `wscale` = RMS(W̃)/s, so its entries have RMS s, where the E8P
+     codebook's grid fits a Gaussian best.
+  3. BlockLDLQ rounds W̃ / wscale 8 columns at a time to E8P codewords, feeding each block's
+     error back through H̃'s LDL factor.
+Inference: y = wscale · T_mᵀ (decode(Qidx) · T_n x) — the rotation is never undone on W.
+The loss is invariant under the rotation, so it is measured in either basis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from quantgate.kernels.e8p import e8p_encode, e8p_quantize
+from quantgate.kernels.hadamard import random_signs, rht, rht_inverse, small_factor
+from quantgate.kernels.ldlq import block_ldlq, cholesky_with_retry, proxy_loss
+
+GROUP = 8  # E8P quantizes 8 weights per 16-bit code
+
+
+@dataclass(frozen=True)
+class QuipLayer:
+    qidxs: torch.Tensor  # [m, n/8] int16, E8P indices of W̃ / wscale
+    su: torch.Tensor  # [n] float16, ±1 (real-valued once fine-tuned)
+    sv: torch.Tensor  # [m] float16, ±1
+    wscale: torch.Tensor  # [] float32
+    scale: float  # the target RMS s used
+    proxy_loss: float  # tr(ΔW H ΔWᵀ) / tr(W H Wᵀ) on the damped, normalized H
+    nearest_loss: float  # the same for plain nearest rounding (what LDLQ must beat)
+
+
+def rotate_weight(W: torch.Tensor, su: torch.Tensor, sv: torch.Tensor) -> torch.Tensor:
+    """W̃ = T_m W T_nᵀ [m, n]."""
+    m, n = W.shape
+    right = rht(W, su, small_factor(n))  # rows: W T_nᵀ
+    return rht(right.T.contiguous(), sv, small_factor(m)).T.contiguous()  # T_m (W T_nᵀ)
+
+
+def unrotate_weight(W_tilde: torch.Tensor, su: torch.Tensor, sv: torch.Tensor) -> torch.Tensor:
+    """W = T_mᵀ W̃ T_n [m, n], the exact inverse of `rotate_weight`."""
+    m, n = W_tilde.shape
+    right = rht_inverse(W_tilde, su, small_factor(n))
+    return rht_inverse(right.T.contiguous(), sv, small_factor(m)).T.contiguous()
+
+
+def rotate_hessian(H: torch.Tensor, su: torch.Tensor) -> torch.Tensor:
+    """H̃ = T_n H T_nᵀ [n, n] (H symmetric)."""
+    factor = small_factor(H.shape[0], dtype=torch.float64).to(H.dtype)
+    return rht(rht(H, su.to(H.dtype), factor).T.contiguous(), su.to(H.dtype), factor)
+
+
+def quip_quantize_layer(
+    W: torch.Tensor, H: torch.Tensor, *, seed: int, scale: float = 0.9, sigma: float = 0.01,
+    use_ldlq: bool = True,
+) -> QuipLayer:
+    """Quantize W [m, n] with proxy Hessian H [n, n]; `use_ldlq=False` is plain nearest rounding
+    (the cheap path used when the time budget runs out)."""
+    m, n = W.shape
+    if n % GROUP:
+        raise ValueError(f"in_features={n} is not a multiple of {GROUP} (E8P groups)")
+    su = random_signs(n, seed)
+    sv = random_signs(m, seed + 1)
+    W_tilde = rotate_weight(W.float(), su, sv)  # [m, n]
+    wscale = W_tilde.square().mean().sqrt() / scale
+    L, _ = cholesky_with_retry(rotate_hessian(H.to(torch.float64), su), sigma=sigma)  # H̃ ≈ L Lᵀ
+    H_tilde = L @ L.T
+    target = W_tilde / wscale
+
+    def nearest(block: torch.Tensor) -> torch.Tensor:  # [rows, 8k] -> nearest codewords, 8 at a time
+        return e8p_quantize(block.reshape(block.shape[0], -1, GROUP)).reshape(block.shape)
+
+    W_nearest = nearest(target)
+    W_hat = block_ldlq(target, L, nearest, block=GROUP) if use_ldlq else W_nearest
+    norm = proxy_loss(target, torch.zeros_like(target), H_tilde)
+    qidxs = e8p_encode(W_hat.reshape(m, n // GROUP, GROUP))  # exact: Ŵ holds codewords already
+    return QuipLayer(
+        qidxs=qidxs.to(torch.int32).to(torch.int16),  # wraps 32768..65535 to negative int16, bits kept
+        su=su.half(), sv=sv.half(), wscale=wscale.float(), scale=scale,
+        proxy_loss=proxy_loss(target, W_hat, H_tilde) / norm,
+        nearest_loss=proxy_loss(target, W_nearest, H_tilde) / norm,
+    )
