@@ -31,8 +31,9 @@ class _CodebookLinear(torch.nn.Module):
         raise NotImplementedError
 
     def _tuning(self) -> bool:
-        """Fine-tuning its continuous parameters: the forward must be differentiable in them."""
-        return torch.is_grad_enabled() and any(p.requires_grad for p in self.parameters())
+        """Fine-tuning its continuous parameters: the forward must be differentiable in them, and
+        the dense decode is also the fast path for the tuner's no-grad validation forwards."""
+        return any(p.requires_grad for p in self.parameters())
 
     def materialize(self) -> None:
         self.dense = self.decode_weight()

@@ -57,9 +57,9 @@ def quantize_model(spec: Aqlm2x8, *, model: torch.nn.Module, hessians: dict[str,
         Hd = damped(H, spec.hessian_damp).float()
         return _outcome(W, Hd, q, {"rounds": 0.0, "stopped_by_deadline": 1.0})
 
-    layers, notes = quantize_layers(model, hessians, deadline=deadline, full=full, cheap=cheap)
     # Module names (not `.weight` keys): transformers matches this list against module names.
     config = {"quant_method": "aqlm", "in_group_size": GROUP, "out_group_size": 1,
               "num_codebooks": NUM_CODEBOOKS, "nbits_per_codebook": NBITS,
               "linear_weights_not_to_quantize": list(spec.ignore)}
-    return CodebookResult(layers, config, notes)
+    return quantize_layers(model, hessians, deadline=deadline, full=full, cheap=cheap,
+                           quantization_config=config)

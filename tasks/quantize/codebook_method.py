@@ -44,8 +44,8 @@ class LayerOutcome:
 def quantize_layers(
     model: torch.nn.Module, hessians: dict[str, torch.Tensor], *, deadline: float,
     full: Callable[[str, torch.Tensor, torch.Tensor, float], LayerOutcome],
-    cheap: Callable[[str, torch.Tensor, torch.Tensor], LayerOutcome],
-) -> tuple[dict[str, dict[str, torch.Tensor]], dict[str, Any]]:
+    cheap: Callable[[str, torch.Tensor, torch.Tensor], LayerOutcome], quantization_config: dict[str, Any],
+) -> CodebookResult:
     """Run `full(name, W, H, layer_deadline)` layer by layer; once the budget is spent the rest get
     `cheap` (still a valid 2-bit layer), so a run out of time still saves a whole model.
     Each layer's deadline is its fair share of what is left, so one slow layer cannot starve the rest."""
@@ -70,4 +70,4 @@ def quantize_layers(
     for key in next(iter(per_layer.values()), {}):
         values = [v[key] for v in per_layer.values() if key in v]
         notes[f"mean_{key}"] = sum(values) / len(values)
-    return layers, notes
+    return CodebookResult(layers, quantization_config, notes)

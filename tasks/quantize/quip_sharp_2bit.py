@@ -48,7 +48,7 @@ def quantize_model(spec: QuipSharp2Bit, *, model: torch.nn.Module, hessians: dic
         return _outcome(quip_quantize_layer(W, H, seed=layer_seed(name), scale=scale,
                                             sigma=spec.hessian_damp, use_ldlq=False))
 
-    layers, notes = quantize_layers(model, hessians, deadline=deadline, full=full, cheap=cheap)
     config = {"quant_method": "quip_sharp", "codebook": "E8P12", "format_version": 1,
               "modules_not_quantized": list(spec.ignore)}
-    return CodebookResult(layers, config, notes)
+    return quantize_layers(model, hessians, deadline=deadline, full=full, cheap=cheap,
+                           quantization_config=config)

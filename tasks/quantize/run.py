@@ -117,6 +117,7 @@ def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, data
     deadline = time.monotonic() + spec.time_budget_s - hessian_seconds
     reserve = spec.time_budget_s * spec.finetune_share if spec.finetune_epochs else 0.0
     result = method.quantize_model(spec, model=model, hessians=hessians, deadline=deadline - reserve)
+    del hessians  # ~0.8 GB of float64 on SmolLM2: not needed by the fine-tuning
     save_codebook_checkpoint(model, tokenizer, layers=result.layers,
                              quantization_config=result.quantization_config, out=out)
     notes = result.notes | {"hessian_seconds": hessian_seconds,
