@@ -78,3 +78,15 @@ def tiny_llama(path: Path, *, hidden: int = 64, layers: int = 2, seed: int = 0) 
     model.save_pretrained(path)
     fast.save_pretrained(path)
     return path
+
+
+def calibration_file(d: Path) -> Path:
+    """A calibration JSONL of 8 requests drawn by our own sampler from mixed traffic."""
+    from quantgate.tasks.sampling import stratified_split
+    from quantgate.tasks.traffic import load_traffic, write_requests
+
+    reqs = load_traffic(write_traffic(d / "t.jsonl", mixed_records(40)), max_line_bytes=65536,
+                        length_buckets=(200,)).requests
+    path = d / "cal.jsonl"
+    write_requests(path, stratified_split(reqs, calibration_size=8, heldout_size=8, seed=0).calibration)
+    return path

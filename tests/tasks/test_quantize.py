@@ -10,23 +10,16 @@ from quantgate.conf.methods import VariantSpec
 from quantgate.tasks.evaluate import count_kv_quantized_layers
 from quantgate.tasks.modeling import load_causal_lm
 from quantgate.tasks.quantize.run import QuantizeError, quantize_variant
-from quantgate.tasks.sampling import stratified_split
 from quantgate.tasks.size import checkpoint_size
-from quantgate.tasks.traffic import load_traffic, write_requests
 
-from factories import mixed_records, write_traffic
+from factories import calibration_file
 
 SPEC = TypeAdapter(VariantSpec)
 
 
 @pytest.fixture(scope="module")
 def calibration(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cal")
-    reqs = load_traffic(write_traffic(d / "t.jsonl", mixed_records(40)), max_line_bytes=65536,
-                        length_buckets=(200,)).requests
-    path = d / "cal.jsonl"
-    write_requests(path, stratified_split(reqs, calibration_size=8, heldout_size=8, seed=0).calibration)
-    return str(path)
+    return str(calibration_file(tmp_path_factory.mktemp("cal")))
 
 
 def _logits(path, ids):

@@ -15,11 +15,9 @@ from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear
 from quantgate.tasks.modeling import load_causal_lm
 from quantgate.tasks.quantize.codebook_checkpoint import load_codebook_model
 from quantgate.tasks.quantize.run import quantize_variant
-from quantgate.tasks.sampling import stratified_split
 from quantgate.tasks.size import checkpoint_size
-from quantgate.tasks.traffic import load_traffic, write_requests
 
-from factories import mixed_records, tiny_llama, write_traffic
+from factories import calibration_file, mixed_records, tiny_llama
 
 SPEC = TypeAdapter(VariantSpec)
 QUIP = {"name": "q", "method": "quip_sharp_2bit", "num_samples": 8}
@@ -34,12 +32,7 @@ def model96(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def calibration(tmp_path_factory):
-    d = tmp_path_factory.mktemp("cal")
-    reqs = load_traffic(write_traffic(d / "t.jsonl", mixed_records(40)), max_line_bytes=65536,
-                        length_buckets=(200,)).requests
-    path = d / "cal.jsonl"
-    write_requests(path, stratified_split(reqs, calibration_size=8, heldout_size=8, seed=0).calibration)
-    return str(path)
+    return str(calibration_file(tmp_path_factory.mktemp("cal")))
 
 
 @pytest.fixture(scope="module")
