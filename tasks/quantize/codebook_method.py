@@ -48,20 +48,24 @@ def quantize_layers(
 ) -> CodebookResult:
     """Run `full(name, W, H, layer_deadline)` layer by layer; once the budget is spent the rest get
     `cheap` (still a valid 2-bit layer), so a run out of time still saves a whole model.
-    Each layer's deadline is its fair share of what is left, so one slow layer cannot starve the rest."""
+    Each layer's deadline is its share of what is left in proportion to its weight count, so one slow
+    layer cannot starve the rest and the large MLP layers get the time their size needs."""
     layers: dict[str, dict[str, torch.Tensor]] = {}
     per_layer: dict[str, dict[str, float]] = {}
     names = list(hessians)
+    sizes = {name: model.get_submodule(name).weight.numel() for name in names}
+    left = sum(sizes.values())
     cheap_layers = []
-    for i, name in enumerate(names):
+    for name in names:
         W = model.get_submodule(name).weight.detach().float()
         H = hessians[name]
         now = time.monotonic()
         if now < deadline:
-            outcome = full(name, W, H, now + (deadline - now) / (len(names) - i))
+            outcome = full(name, W, H, now + (deadline - now) * sizes[name] / left)
         else:
             outcome = cheap(name, W, H)
             cheap_layers.append(name)
+        left -= sizes[name]
         layers[name] = outcome.tensors
         per_layer[name] = outcome.notes
     notes = {"layers": len(names), "cheap_layers": len(cheap_layers),
