@@ -158,7 +158,8 @@ def test_encode_shapes_and_dtypes():
 def test_gaussian_mse_at_best_scale():
     # x ~ N(0, I_8); MSE per coordinate of c·Q(x/c), minimized over c. Measured: 0.0916 at c ≈ 0.96
     # (inputs of RMS 1/c ≈ 1.04, QuIP#'s 1.03), the same for QuIP#'s own 29 norm-12 rows; exact
-    # search confirms 0.0916 is this codebook's value. 2-bit scalar Lloyd–Max is 0.1175.
+    # search confirms 0.0916 is this codebook's value. 2-bit scalar Lloyd–Max is 0.1175. Issue 4 asked
+    # for ≤ 0.090 (published 0.089): not reached by this construction, so the bound here is 0.0925.
     x = torch.randn(20000, 8, generator=torch.Generator().manual_seed(2024))
     mse = {c: (x - c * e8p_quantize(x / c)).square().mean().item() for c in (0.90, 0.93, 0.96, 0.99, 1.02)}
     best = min(mse, key=mse.get)
