@@ -16,6 +16,7 @@ recursion as GPTQ, with blocks of g columns and a vector quantizer per block.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -31,12 +32,18 @@ def damped(H: torch.Tensor, sigma: float) -> torch.Tensor:
     return H / mean_diag + sigma * torch.eye(H.shape[0], dtype=torch.float64)
 
 
-def cholesky_with_retry(H: torch.Tensor, *, sigma: float, tries: int = 5) -> tuple[torch.Tensor, float]:
+@dataclass(frozen=True)
+class DampedCholesky:
+    L: torch.Tensor  # [n, n] lower triangular, damped(H, sigma) = L Lᵀ
+    sigma: float  # the damping that succeeded
+
+
+def cholesky_with_retry(H: torch.Tensor, *, sigma: float, tries: int = 5) -> DampedCholesky:
     """Lower Cholesky factor of damped(H, σ), multiplying σ by 10 after each failure."""
     for _ in range(tries):
         L, info = torch.linalg.cholesky_ex(damped(H, sigma))
         if int(info) == 0:
-            return L, sigma
+            return DampedCholesky(L, sigma)
         sigma *= 10
     raise HessianNotPositiveDefinite(
         f"proxy Hessian ({H.shape[0]}×{H.shape[0]}) is not positive definite even with damping "

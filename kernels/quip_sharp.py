@@ -73,7 +73,7 @@ def quip_quantize_layer(
     sv = random_signs(m, seed + 1)
     W_tilde = rotate_weight(W.float(), su, sv)  # [m, n]
     wscale = W_tilde.square().mean().sqrt() / scale
-    L, _ = cholesky_with_retry(rotate_hessian(H.to(torch.float64), su), sigma=sigma)  # H̃ ≈ L Lᵀ
+    L = cholesky_with_retry(rotate_hessian(H.to(torch.float64), su), sigma=sigma).L  # H̃ ≈ L Lᵀ
     H_tilde = L @ L.T
     target = W_tilde / wscale
 

@@ -26,7 +26,7 @@ def _half_grid(t: torch.Tensor) -> torch.Tensor:
 def test_ldlq_beats_nearest_rounding_on_the_proxy_loss(seed, block):
     H = _hessian(96, seed)
     W = torch.randn(40, 96, generator=torch.Generator().manual_seed(seed + 10))
-    L, _ = cholesky_with_retry(H, sigma=0.01)
+    L = cholesky_with_retry(H, sigma=0.01).L
     Hd = L @ L.T
     nearest = proxy_loss(W, _half_grid(W), Hd)
     ldlq = proxy_loss(W, block_ldlq(W, L, _half_grid, block=block), Hd)
@@ -39,7 +39,7 @@ def test_loss_is_the_sum_of_block_errors_weighted_by_d():
     n, g = 48, 8
     H = _hessian(n, 3)
     W = torch.randn(5, n, dtype=torch.float64)
-    L, _ = cholesky_with_retry(H, sigma=0.01)
+    L = cholesky_with_retry(H, sigma=0.01).L
     W_hat = block_ldlq(W, L, _half_grid, block=g)
     B = L.T
     total = 0.0
@@ -60,8 +60,8 @@ def test_damping_is_scale_free_and_rescues_a_singular_hessian():
     H = _hessian(16, 4)
     torch.testing.assert_close(damped(H, 0.01), damped(1000 * H, 0.01))
     X = torch.randn(4, 16, dtype=torch.float64)  # rank 4 < 16
-    L, sigma = cholesky_with_retry(X.T @ X, sigma=1e-6)
-    assert torch.isfinite(L).all() and sigma >= 1e-6
+    chol = cholesky_with_retry(X.T @ X, sigma=1e-6)
+    assert torch.isfinite(chol.L).all() and chol.sigma >= 1e-6
 
 
 def test_indefinite_hessian_raises_a_named_error():
