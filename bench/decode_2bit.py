@@ -21,12 +21,12 @@ from pathlib import Path
 import torch
 
 from quantgate.tasks.modeling import load_causal_lm
-from quantgate.tasks.quantize.codebook_checkpoint import load_codebook_model
+from quantgate.tasks.quantize.codebook_checkpoint import CODEBOOK_METHODS, load_codebook_model
 
 
 def _load(path: str) -> torch.nn.Module:
     config = json.loads((Path(path) / "config.json").read_text())
-    if config.get("quantization_config", {}).get("quant_method") in ("quip_sharp", "aqlm"):
+    if config.get("quantization_config", {}).get("quant_method") in CODEBOOK_METHODS:
         return load_codebook_model(path, materialize=False)
     return load_causal_lm(path)
 

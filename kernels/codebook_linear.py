@@ -38,9 +38,6 @@ class _CodebookLinear(torch.nn.Module):
     def materialize(self) -> None:
         self.dense = self.decode_weight()
 
-    def dematerialize(self) -> None:
-        self.dense = None
-
 
 class QuipLinear(_CodebookLinear):
     """y = wscale · T_mᵀ (decode(qidxs) · T_n x) + b, T the randomized Hadamard transforms."""

@@ -111,7 +111,7 @@ def quantize_variant(
 def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, dataset: Any, out: Path,
                 start: float) -> dict[str, Any]:
     """Hessians from the calibration forwards, the method's layer loop under its budget, save."""
-    batches = (torch.tensor([row["input_ids"]]) for row in dataset)
+    batches = [torch.tensor([row["input_ids"]]) for row in dataset]  # [1, T] each: Hessians, then tuning
     hessians = calibration_hessians(model, batches, ignore=spec.ignore)
     hessian_seconds = time.perf_counter() - start
     deadline = time.monotonic() + spec.time_budget_s - hessian_seconds
@@ -123,7 +123,6 @@ def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, data
     notes = result.notes | {"hessian_seconds": hessian_seconds,
                             "layers_seconds": time.perf_counter() - start - hessian_seconds}
     if spec.finetune_epochs:
-        batches = [torch.tensor([row["input_ids"]]) for row in dataset]
         tuned = finetune_checkpoint(str(out), model, batches, deadline=deadline, epochs=spec.finetune_epochs,
                                     lr=spec.finetune_lr)
         notes |= {f"finetune_{k}": v for k, v in asdict(tuned).items()}
