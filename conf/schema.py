@@ -121,14 +121,71 @@ class JudgeConf(Strict):
     retries: Annotated[int, Field(ge=0)] = 3
 
 
+class BenchConf(Strict):
+    """Speed, memory and energy (`quantgate bench`, and a flow step after evaluation): baseline and
+    every variant in one process, interleaved rounds, medians. J/token over the decode window."""
+
+    enabled: bool = True
+    batch_sizes: tuple[Annotated[int, Field(ge=1)], ...] = Field(default=(1, 8), min_length=1)
+    gate_batch: Annotated[int, Field(ge=1)] = Field(
+        default=1, description="the batch size whose figures are `perf.*`/`energy.j_per_token` and "
+        "feed the gate's objective; must be one of batch_sizes")
+    prompt_tokens: Annotated[int, Field(ge=1)] = 64
+    new_tokens: Annotated[int, Field(ge=2)] = 32
+    warmup: Annotated[int, Field(ge=0)] = 1
+    repeats: Annotated[int, Field(ge=1)] = 3
+    bf16_baseline: bool = Field(default=True, description="also measure the baseline in bf16")
+    energy: tuple[Literal["nvml", "rapl", "estimated"], ...] = Field(
+        default=("nvml", "rapl", "estimated"), min_length=1,
+        description="energy meters in order of preference; the first available one is used")
+    hardware: str = Field(default="cpu-epyc-2core", description="profile (conf/hardware.yaml) of the "
+                          "machine that runs the bench: its stated power feeds the estimated meter")
+    device: Literal["cpu", "cuda"] = "cpu"
+    num_cpus: Annotated[float, Field(gt=0)] = 2
+
+    @model_validator(mode="after")
+    def _gate_batch_measured(self) -> BenchConf:
+        if self.gate_batch not in self.batch_sizes:
+            raise ValueError(f"gate_batch={self.gate_batch} is not in batch_sizes={list(self.batch_sizes)}")
+        return self
+
+
+class PlanConf(Strict):
+    """Roofline plan for the serving target (tasks/roofline.py): bytes and FLOPs per decode step,
+    the bound, a predicted speedup per variant; variants the target cannot accelerate are skipped
+    with the reason (controls are measured anyway)."""
+
+    target: str = Field(default="cpu-epyc-2core", description="hardware profile in conf/hardware.yaml")
+    batch: Annotated[int, Field(ge=1)] = 1
+    context: Annotated[int, Field(ge=0)] = 512
+    num_devices: Annotated[int, Field(ge=1)] = 1
+    min_speedup: Annotated[float, Field(gt=0)] = Field(
+        default=1.0, description="skip a variant predicted slower than this (baseline step / variant step)")
+    skip: bool = Field(default=True, description="false: plan and report, never skip")
+
+
+OBJECTIVES = ("energy.j_per_token", "perf.tpot_ms", "perf.decode_tok_s", "size.bytes",
+              "size.bits_per_weight")
+
+
 class GateConf(Strict):
     """Offline gate: a variant passes when every metric recovers at least `recovery`
     of the baseline (per metric overridable), on the whole held-out set and on its worst
-    slice. For perplexity (lower is better) recovery is baseline / variant."""
+    slice. For perplexity (lower is better) recovery is baseline / variant. Among passing
+    variants the winner is the best by `objective`, measured numbers in order: lowest J/token
+    at bench.gate_batch, then fewest bytes (perf.decode_tok_s counts higher as better)."""
 
     recovery: Annotated[float, Field(gt=0, le=1)] = 0.95
     per_metric: dict[str, Annotated[float, Field(gt=0, le=1)]] = {}
-    objective: tuple[str, ...] = ("size.bytes",)
+    objective: tuple[str, ...] = ("energy.j_per_token", "size.bytes")
+
+    @field_validator("objective")
+    @classmethod
+    def _known(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [k for k in v if k not in OBJECTIVES]
+        if unknown or not v:
+            raise ValueError(f"unknown {unknown}; choose from {list(OBJECTIVES)}")
+        return v
 
     def threshold(self, metric: str) -> float:
         return self.per_metric.get(metric, self.recovery)
@@ -156,6 +213,8 @@ class PipelineConfig(Strict):
     lmeval: LmEvalConf = LmEvalConf()
     judge: JudgeConf = JudgeConf()
     variants: tuple[VariantSpec, ...]
+    bench: BenchConf = BenchConf()
+    plan: PlanConf = PlanConf()
     gate: GateConf = GateConf()
     runtime: RuntimeConf = RuntimeConf()
 
@@ -167,6 +226,13 @@ class PipelineConfig(Strict):
             raise ValueError(f"variants: duplicate name(s) {dupes}; each `name` must be unique")
         if not names:
             raise ValueError("variants: list at least one variant")
+        from quantgate.conf.hardware import load_profiles  # here: conf.hardware imports this module
+
+        known = load_profiles()
+        for key, name in (("plan.target", self.plan.target), ("bench.hardware", self.bench.hardware)):
+            if name not in known:
+                raise ValueError(f"{key}: unknown hardware profile {name!r}; known (conf/hardware.yaml): "
+                                 f"{sorted(known)}")
         return self
 
     def select(self, names: list[str]) -> PipelineConfig:

@@ -2,6 +2,7 @@
 
     quantgate run [--config FILE] [--variants a,b,...] [--traffic PATH]
     quantgate serve --cron "0 3 * * *" [--config FILE]   # the flow on a schedule
+    quantgate bench [--config FILE] [--batch 1,8] [--checkpoint NAME=DIR ...]  # speed, energy
     quantgate validate [--config FILE]
     quantgate ui [--config FILE]      # Prefect UI + MLflow UI over the run state
 """
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from quantgate.conf.load import ConfigError, load_config
 from quantgate.conf.schema import PipelineConfig
+from quantgate.flows.bench_cli import add_parser as add_bench_parser
 from quantgate.flows.runtime import configure_process_env
 
 MLFLOW_UI_PORT = 5000
@@ -33,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", type=Path)
     serve.add_argument("--cron", required=True, help='schedule, e.g. "0 3 * * *" (03:00 daily)')
     serve.add_argument("--name", default="scheduled", help="deployment name")
+    add_bench_parser(sub)
     val = sub.add_parser("validate", help="load and validate a config, print it")
     val.add_argument("--config", type=Path)
     ui = sub.add_parser("ui", help="serve the Prefect and MLflow UIs over past runs")
@@ -74,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     env = configure_process_env(state, offline=config.runtime.offline)
     if args.command == "ui":
         return _serve_ui(config, state)
+    if args.command == "bench":
+        from quantgate.flows.bench_cli import run_bench_cli
+
+        return run_bench_cli(args, config, state)
     if args.command == "serve":
         return _serve_schedule(config, state, env, cron=args.cron, name=args.name)
     return _run(config, state, env)

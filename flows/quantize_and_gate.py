@@ -22,11 +22,18 @@ from prefect_ray.context import remote_options
 
 from quantgate.conf.methods import VariantSpec
 from quantgate.conf.schema import PipelineConfig
+from quantgate.flows.performance import (
+    artifact_links,
+    performance_files,
+    performance_section,
+    run_bench_step,
+)
 from quantgate.tasks.calibrate import calibration_code_digest
 from quantgate.tasks.evaluate import eval_code_digest
 from quantgate.tasks.judge_reliability import judge_vote
 from quantgate.tasks.judge_server import local_judge_server, packaged_judge_gguf
 from quantgate.tasks.lmeval import lmeval_code_digest
+from quantgate.tasks.planning import plan_lines
 from quantgate.tasks.prefect_tasks import (
     calibrate_task,
     drift_task,
@@ -34,6 +41,7 @@ from quantgate.tasks.prefect_tasks import (
     gate_task,
     judge_task,
     lmeval_task,
+    plan_task,
     prepare_traffic_task,
     publish_task,
     quantize_task,
@@ -108,7 +116,7 @@ def _judge_variants(config: PipelineConfig, state: Path, baseline_samples: str,
     conf = config.judge
     if not conf.enabled or not candidates:
         return {}
-    print(f"[6/7] judging {len(candidates)} variants (pairwise, both orders, "
+    print(f"[5/7] judging {len(candidates)} variants (pairwise, both orders, "
           f"≤ {conf.max_pairs} prompts each)")
     with contextlib.ExitStack() as stack:
         base_url = conf.base_url
@@ -135,6 +143,18 @@ def _judge_variants(config: PipelineConfig, state: Path, baseline_samples: str,
                   f"over {s.decided} decided of {s.pairs} ({s.identical} identical, "
                   f"{s.inconsistent} inconsistent, {s.unparseable} unparseable)")
         return {n: s for n, s in judged.items() if s is not None}
+
+
+def _bench(config: PipelineConfig, state: Path, paths: dict[str, str], heldout: str) -> Any:
+    """Speed and energy of everything that quantized, in one Ray task asking for all its CPUs, so it
+    runs after the evaluations, alone. A failed bench is reported; the gate then ranks on bytes."""
+    if not config.bench.enabled:
+        return None
+    print(f"[6/7] bench: {len(paths)} models, batch sizes {list(config.bench.batch_sizes)}, one process")
+    report, err = _outcome(run_bench_step(config, state, paths, heldout))
+    if err:
+        print(f"      bench FAILED: {err}")
+    return report
 
 
 @flow(name="quantize_and_gate", task_runner=RayTaskRunner(), log_prints=True)
@@ -181,10 +201,18 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
         base_f = submit_eval("baseline", model.path, str(state / "evals" / model.digest[:16]))
     base_lm_f = submit_lmeval("baseline", model.path, str(state / "evals" / model.digest[:16]))
 
+    plans = plan_task(conf=config.plan, model_path=model.path, specs=list(config.variants))
+    controls = {s.name for s in config.variants if s.control}
+    for line in plan_lines(plans, config.plan, controls):
+        print("      " + line)
     print(f"[4/7] quantizing {len(config.variants)} variants (Ray)")
     errors: dict[str, str] = {}
     quant_fs: dict[str, PrefectFuture[Any]] = {}
     for spec in config.variants:
+        plan = plans[spec.name]
+        if plan.skip and config.plan.skip and not spec.control:
+            errors[spec.name] = f"skipped by the planner: {plan.reason}"
+            continue
         if shortfall := _gpu_shortfall(spec):
             errors[spec.name] = f"variants[{spec.name}].{shortfall}"
             continue
@@ -225,6 +253,8 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
     judges = _judge_variants(config, state, baseline_lm.samples_path,
                              {n: r.samples_path for n, r in lm_results.items() if r is not None})
     calib = calib_f.result()
+    bench = _bench(config, state, {"baseline": model.path, **{
+        n: quant_fs[n].result().checkpoint for n in eval_fs if n not in errors}}, traffic.heldout_path)
     drift = drift_task(stats_path=calib.stats_path, pointer_file=str(state / "calibration" / "LATEST"))
     scores, checkpoints = [], {}
     for spec in config.variants:
@@ -241,10 +271,11 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
             checkpoint=quantized.checkpoint if quantized else None, eval_result=result,
             quantize_seconds=quantized.seconds if quantized else float("nan"),
             error=errors.get(spec.name, ""), lmeval=lm_results.get(spec.name),
-            judge=judges.get(spec.name)))
+            judge=judges.get(spec.name), perf=bench.metrics(spec.name) if bench else None))
     baseline = score_variant_task(name="baseline", method="baseline", control=True,
                                   checkpoint=model.path, eval_result=baseline_eval,
-                                  quantize_seconds=0.0, lmeval=baseline_lm)
+                                  quantize_seconds=0.0, lmeval=baseline_lm,
+                                  perf=bench.metrics("baseline") if bench else None)
 
     print("[7/7] gate and MLflow")
     vote = judge_vote(config.judge) if config.judge.enabled else None
@@ -255,14 +286,17 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
                          min_slice_items=lm.min_slice_items, judge_vote=vote)
     rows = comparison_rows(baseline_eval, baseline_bytes=baseline.size_bytes,
                            baseline_bpw=baseline.bits_per_weight, variants=scores,
-                           decision=decision)
+                           decision=decision, baseline_perf=baseline.perf)
     report = gate_report(model=model.name, rows=rows, decision=decision, gate=config.gate,
                          heldout_requests=traffic.heldout,
                          heldout_tokens=baseline_eval.tokens, min_slice_tokens=ev.min_slice_tokens,
                          baseline_lmeval=baseline_lm, variants=scores, judge_vote=vote)
     flow_run_id = str(runtime.flow_run.id)
-    config_file = state / "runs" / flow_run_id / "pipeline_config.json"
-    config_file.parent.mkdir(parents=True, exist_ok=True)
+    run_dir = state / "runs" / flow_run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    perf_files = performance_files(config, run_dir, model.path, plans, bench, baseline, scores, decision)
+    report += "\n" + performance_section(config, plans, bench, perf_files)
+    config_file = run_dir / "pipeline_config.json"
     config_file.write_text(config.model_dump_json(indent=1))
     uri = tracking_uri(config.runtime.mlflow_tracking_uri, state)
     parent_metrics = {"traffic.valid": traffic.valid, "traffic.quarantined": traffic.quarantined,
@@ -284,15 +318,18 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
                     "variants": ",".join(v.name for v in config.variants)},
             parent_metrics={k: float(v) for k, v in parent_metrics.items()},
             parent_artifacts=[str(config_file), traffic.quarantine_path, traffic.summary_path,
-                              calib.summary_path],
-            flow_run_id=flow_run_id),
+                              calib.summary_path, *perf_files.values()],
+            flow_run_id=flow_run_id,
+            child_tags={"energy_method": bench.energy_method, "bench.batch": str(bench.gate_batch)}
+            if bench else {"energy_method": "not measured"}),
         baseline=baseline, variants=scores, decision=decision, gate_report=report,
         checkpoints=checkpoints,
         variant_artifacts={"baseline": _eval_artifacts(baseline_lm, None),
                            **{n: [str(Path(c) / "quantgate_variant.json"),
                                   *_eval_artifacts(lm_results.get(n), judges.get(n) and c)]
                               for n, c in checkpoints.items()}})
-    create_markdown_artifact(key="gate-report", markdown=report, description="offline gate")
+    links = artifact_links(uri, record.experiment_id, record.parent_run_id, perf_files)
+    create_markdown_artifact(key="gate-report", markdown=report + links, description="offline gate")
     return FlowSummary(rows, decision.winner, decision.reason, model.name, uri, record.experiment_id,
                        record.parent_run_id, record.canary_version, flow_run_id,
                        traffic.quarantine_path)

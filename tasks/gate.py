@@ -5,15 +5,17 @@ metrics (higher is better) it is variant / baseline. 1.0 is no loss. A variant p
 every recovery, overall and on the worst slice, is ≥ its threshold from conf, and (when the
 judge's measured reliability earns it a vote) the lower bound of its judge win-or-tie rate
 reaches the margin. A task metric the baseline scores 0 on measures nothing here and does
-not gate. Among passing non-control variants the winner is the best by the conf objective
-(default: fewest bytes). No variant passing is a valid outcome: the champion stays.
+not gate. Among passing non-control variants the winner is the best by the conf objective, on
+measured numbers (default: lowest J/token at the bench's gate batch, then fewest bytes). No
+variant passing is a valid outcome: the champion stays.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from quantgate.conf.schema import GateConf
+from quantgate.conf.schema import OBJECTIVES, GateConf
 from quantgate.tasks.evaluate import EvalResult
 from quantgate.tasks.judge import JudgeSummary
 from quantgate.tasks.lmeval import LmEvalResult
@@ -31,6 +33,9 @@ class VariantScores:
     error: str = ""
     lmeval: LmEvalResult | None = None
     judge: JudgeSummary | None = None
+    # Measured by the bench at bench.gate_batch: "perf.decode_tok_s", "perf.tpot_ms",
+    # "perf.ttft_ms", "energy.j_per_token", ... (empty when the bench did not run).
+    perf: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -139,10 +144,13 @@ def gate_variant(v: VariantScores, baseline: EvalResult, gate: GateConf, *, min_
 
 
 def _objective_value(v: VariantScores, key: str) -> float:
-    values = {"size.bytes": float(v.size_bytes), "size.bits_per_weight": v.bits_per_weight}
-    if key not in values:
-        raise ValueError(f"gate.objective: unknown {key!r}; known: {sorted(values)}")
-    return values[key]
+    """Lower is better; a figure not measured (bench off or failed) ranks after every measured one."""
+    values = {"size.bytes": float(v.size_bytes), "size.bits_per_weight": v.bits_per_weight,
+              "perf.decode_tok_s": -v.perf.get("perf.decode_tok_s", float("nan"))}
+    if key not in values and key not in OBJECTIVES:
+        raise ValueError(f"gate.objective: unknown {key!r}; known: {list(OBJECTIVES)}")
+    value = values.get(key, v.perf.get(key, float("nan")))
+    return float("inf") if math.isnan(value) else value
 
 
 def decide(

@@ -14,7 +14,8 @@ from prefect import task
 from prefect.cache_policies import INPUTS, TASK_SOURCE
 
 from quantgate.conf.methods import VariantSpec
-from quantgate.conf.schema import GateConf, JudgeConf, LmEvalConf, TrafficConf
+from quantgate.conf.schema import BenchConf, GateConf, JudgeConf, LmEvalConf, PlanConf, TrafficConf
+from quantgate.tasks.bench_run import BenchReport, run_bench
 from quantgate.tasks.calibrate import CalibrationResult, calibrate_file, calibration_drift
 from quantgate.tasks.evaluate import EvalResult, evaluate_checkpoint
 from quantgate.tasks.gate import GateDecision, JudgeVote, VariantScores, decide
@@ -23,9 +24,11 @@ from quantgate.tasks.judge_replay import judge_replay
 from quantgate.tasks.lmeval import LmEvalResult, run_lmeval
 from quantgate.tasks.model_source import ModelRef, resolve_model
 from quantgate.tasks.modeling import set_threads
+from quantgate.tasks.planning import plan_variants
 from quantgate.tasks.prepare_traffic import PreparedTraffic, prepare_traffic
 from quantgate.tasks.publish import PublishInputs, RunRecord, publish_run
 from quantgate.tasks.quantize.run import QuantizeResult, quantize_variant
+from quantgate.tasks.roofline import VariantPlan
 from quantgate.tasks.size import checkpoint_size
 
 CACHED = {"cache_policy": INPUTS + TASK_SOURCE, "persist_result": True}
@@ -102,12 +105,24 @@ def drift_task(*, stats_path: str, pointer_file: str) -> float | None:
 def score_variant_task(*, name: str, method: str, control: bool, checkpoint: str | None,
                        eval_result: EvalResult | None, quantize_seconds: float,
                        error: str = "", lmeval: LmEvalResult | None = None,
-                       judge: JudgeSummary | None = None) -> VariantScores:
+                       judge: JudgeSummary | None = None,
+                       perf: dict[str, float] | None = None) -> VariantScores:
     if checkpoint is None or eval_result is None:
         return VariantScores(name, method, control, None, error=error)
     size = checkpoint_size(checkpoint)
     return VariantScores(name, method, control, eval_result, size.bytes, size.bits_per_weight,
-                         quantize_seconds, error, lmeval, judge)
+                         quantize_seconds, error, lmeval, judge, perf or {})
+
+
+@task(name="plan", task_run_name="plan-{conf.target}")
+def plan_task(*, conf: PlanConf, model_path: str, specs: list[VariantSpec]) -> dict[str, VariantPlan]:
+    return plan_variants(conf, model_path, specs)
+
+
+@task(name="bench", task_run_name="bench", **CACHED)
+def bench_task(*, conf: BenchConf, paths: dict[str, str], heldout_path: str, out_path: str) -> BenchReport:
+    set_threads(conf.num_cpus)
+    return run_bench(conf, paths, heldout_path=heldout_path, out_path=out_path)
 
 
 @task(name="gate")

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
 
+from quantgate.tasks.bench_run import BenchReport
 from quantgate.tasks.gate import GateDecision, VariantScores
 from quantgate.tasks.tracking import (
     ensure_experiment,
@@ -45,6 +47,7 @@ class PublishInputs:
     parent_metrics: dict[str, float]
     parent_artifacts: list[str]
     flow_run_id: str
+    child_tags: dict[str, str] = field(default_factory=dict)  # e.g. energy_method, bench.batch
 
 
 def publish_run(
@@ -65,7 +68,7 @@ def publish_run(
     for path in inp.parent_artifacts:
         client.log_artifact(pid, path)
     client.log_text(pid, gate_report, "gate_report.md")
-    tags = {"calibration_hash": inp.calibration_hash}
+    tags = {"calibration_hash": inp.calibration_hash, **inp.child_tags}
     children = {"baseline": log_child_run(
         client, experiment_id=exp_id, parent_run_id=pid, scores=baseline, verdict=None,
         tags=tags, params={"method": "baseline"}, artifacts=variant_artifacts.get("baseline", []))}
@@ -96,3 +99,23 @@ def _register(client: MlflowClient, model: str, run_id: str, checkpoint: str, va
     version = register_version(client, model, run_id, checkpoint)
     client.set_model_version_tag(model, version, "variant", variant)
     return version
+
+
+def publish_bench(tracking_uri: str, experiment: str, artifact_root: Path, report: BenchReport,
+                  json_path: str) -> str:
+    """A `bench` parent run (the JSON as artifact) with one child run per model."""
+    client = MlflowClient(tracking_uri=tracking_uri)
+    exp_id = ensure_experiment(client, experiment, artifact_root)
+    tags = {"energy_method": report.energy_method, "bench.batch": str(report.gate_batch),
+            "machine": report.machine}
+    parent = client.create_run(exp_id, run_name=f"bench {time.strftime('%Y-%m-%d %H:%M')}", tags=tags)
+    pid = parent.info.run_id
+    client.log_artifact(pid, json_path)
+    for name, model in report.models.items():
+        child = client.create_run(exp_id, run_name=name, tags={
+            **tags, "mlflow.parentRunId": pid, "variant": name, "bench.path": model.path[:4000]})
+        metrics = report.metrics(name)
+        log_metrics(client, child.info.run_id, {k: v for k, v in metrics.items() if v == v})
+        client.set_terminated(child.info.run_id, RunStatus.to_string(RunStatus.FINISHED))
+    client.set_terminated(pid, RunStatus.to_string(RunStatus.FINISHED))
+    return pid

@@ -8,20 +8,31 @@ from quantgate.tasks.gate import GateDecision, JudgeVote, VariantScores
 from quantgate.tasks.lmeval import LmEvalResult
 
 HEADER = ("variant", "PPL", "recovery", "worst slice (PPL, recovery)", "tasks: worst recovery",
-          "tasks: worst slice", "judge win-or-tie [95% CI]", "size MB", "bits/w", "quantize s",
-          "verdict")
+          "tasks: worst slice", "judge win-or-tie [95% CI]", "size MB", "bits/w", "decode × baseline",
+          "J/token", "quantize s", "verdict")
+
+
+def _perf_cells(perf: dict[str, float]) -> tuple[str, str]:
+    """Speed ratio to the baseline (fp32 on CPU, bf16 on GPU) and J/token, both at the bench's gate batch."""
+    if not perf:
+        return "-", "-"
+    batch = int(perf.get("perf.batch", 1))
+    ratio = perf.get(f"perf.speedup_vs_baseline.bs{batch}", float("nan"))
+    return f"{ratio:.2f} (bs {batch})", f"{perf.get('energy.j_per_token', float('nan')):.4f}"
 
 
 def comparison_rows(
     baseline: EvalResult, *, baseline_bytes: int, baseline_bpw: float,
-    variants: list[VariantScores], decision: GateDecision,
+    variants: list[VariantScores], decision: GateDecision, baseline_perf: dict[str, float] | None = None,
 ) -> list[tuple[str, ...]]:
     rows = [("baseline", f"{baseline.ppl:.3f}", "1.000", "-", "-", "-", "-",
-             f"{baseline_bytes / 1e6:.1f}", f"{baseline_bpw:.2f}", "-", "reference")]
+             f"{baseline_bytes / 1e6:.1f}", f"{baseline_bpw:.2f}", *_perf_cells(baseline_perf or {}), "-",
+             "reference")]
     for v in variants:
         verdict = decision.verdicts[v.name]
         if v.eval is None:
-            rows.append((v.name, *["-"] * (len(HEADER) - 2), f"FAILED: {v.error}"))
+            label = v.error if v.error.startswith("skipped") else f"FAILED: {v.error}"
+            rows.append((v.name, *["-"] * (len(HEADER) - 2), label))
             continue
         tasks = verdict.task_recovery
         worst_task = min(tasks, key=tasks.__getitem__) if tasks else ""
@@ -40,7 +51,7 @@ def comparison_rows(
             label = f"WINNER ({label})"
         rows.append((v.name, f"{v.eval.ppl:.3f}", f"{verdict.recovery:.3f}", worst_txt, task_txt,
                      task_slice, judge_txt, f"{v.size_bytes / 1e6:.1f}", f"{v.bits_per_weight:.2f}",
-                     f"{v.quantize_seconds:.1f}", label))
+                     *_perf_cells(v.perf), f"{v.quantize_seconds:.1f}", label))
     return rows
 
 

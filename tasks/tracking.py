@@ -114,6 +114,7 @@ def log_child_run(
         metrics |= judge_metrics(scores.judge)
     if verdict is not None and scores.eval is not None:
         metrics |= verdict_metrics(verdict)
+    metrics |= scores.perf
     log_metrics(client, rid, {k: v for k, v in metrics.items() if v == v})  # NaN: not measured
     if verdict is not None and verdict.worst_slice:
         client.set_tag(rid, "gate.worst_slice", verdict.worst_slice)
@@ -125,8 +126,9 @@ def log_child_run(
         client.set_tag(rid, "error", scores.error[:4000])
     for path in artifacts:
         client.log_artifact(rid, path)
-    client.set_terminated(rid, RunStatus.to_string(RunStatus.FAILED if scores.eval is None
-                                                   else RunStatus.FINISHED))
+    status = (RunStatus.FINISHED if scores.eval is not None
+              else RunStatus.KILLED if scores.error.startswith("skipped") else RunStatus.FAILED)
+    client.set_terminated(rid, RunStatus.to_string(status))
     return rid
 
 

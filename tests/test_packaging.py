@@ -17,7 +17,8 @@ def test_wheel_contents(tmp_path):
     for required in ("quantgate/__init__.py", "quantgate/py.typed",
                      "quantgate/kernels/activation_stats.py", "quantgate/tasks/quantize/registry.py",
                      "quantgate/flows/quantize_and_gate.py", "quantgate/conf/default.yaml",
-                     "quantgate/conf/cluster.yaml", "quantgate/conf/traffic/demo.jsonl",
+                     "quantgate/conf/cluster.yaml", "quantgate/conf/hardware.yaml",
+                     "quantgate/conf/traffic/demo.jsonl",
                      "quantgate/conf/evals/suite.py", "quantgate/conf/evals/tasks/qg_arith/qg_arith.yaml",
                      "quantgate/conf/evals/tasks/qg_arith/data.jsonl",
                      "quantgate/conf/evals/tasks/qg_replay/utils.py"):

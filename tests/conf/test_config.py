@@ -71,3 +71,13 @@ def test_select_keeps_named_variants_and_rejects_unknown():
         "int4_rtn", "fp8_w8a8"]
     with pytest.raises(ValueError, match="unknown"):
         config.select(["nope"])
+
+
+def test_unknown_hardware_profile_names_the_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("variants: [{name: f, method: fp8_w8a8}]\nplan: {target: tpu-v9}\n")
+    with pytest.raises(ConfigError, match=r"plan.target(.|\n)*tpu-v9(.|\n)*h200"):
+        load_config(bad)
+    bad.write_text("variants: [{name: f, method: fp8_w8a8}]\nbench: {batch_sizes: [1, 8], gate_batch: 4}\n")
+    with pytest.raises(ConfigError, match="gate_batch=4"):
+        load_config(bad)

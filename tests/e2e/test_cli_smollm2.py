@@ -34,6 +34,7 @@ def run(tmp_path_factory):
         ],
         "lmeval": {"limit": 12, "replay_size": 12, "min_slice_items": 4},
         "judge": {"max_pairs": 3},
+        "bench": {"batch_sizes": [1, 4], "prompt_tokens": 16, "new_tokens": 4, "repeats": 1},
         "runtime": {"state_dir": str(tmp / "state"), "prefect_port": 4293},
     }
     path = tmp / "e2e.yaml"
@@ -44,11 +45,11 @@ def run(tmp_path_factory):
     proc = subprocess.run([str(exe), "run", "--config", str(path)], capture_output=True, text=True,
                           env=env, timeout=1500)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    return tmp, proc.stdout
+    return tmp, proc.stdout, path, env
 
 
 def test_table_shows_every_variant_and_the_failure(run):
-    _, out = run
+    _, out, _, _ = run
     assert re.search(r"\| baseline \| \d+\.\d+ \| 1\.000 \|", out)
     for name in ("fp8_w8a8", "kv_fp8", "int4_rtn"):
         assert re.search(rf"\| {name} \| \d+\.\d+ \| \d\.\d+ \|", out), name
@@ -56,7 +57,7 @@ def test_table_shows_every_variant_and_the_failure(run):
 
 
 def test_mlflow_has_runs_slice_metrics_and_canary(run):
-    tmp, _ = run
+    tmp, _, _, _ = run
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'tracking.db'}")
     exp = client.get_experiment_by_name("smollm2-135m-instruct")
     runs = client.search_runs([exp.experiment_id])
@@ -84,9 +85,30 @@ def test_mlflow_has_runs_slice_metrics_and_canary(run):
 
 
 def test_quarantine_file_lists_bad_lines_without_pii(run):
-    tmp, out = run
+    tmp, out, _, _ = run
     path = Path(re.search(r"quarantine: (\S+)", out).group(1))
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(rows) >= 10
     assert all(isinstance(r["line"], int) and r["reason"] for r in rows)
     assert not PII.search(path.read_text())
+
+
+def test_bench_cli_measures_the_run_checkpoints_side_by_side(run):
+    """`quantgate bench` finds the run's checkpoints itself; INT4 runs its packed-int4 CPU path."""
+    tmp, _, conf, env = run
+    out_json = tmp / "bench.json"
+    exe = Path(sys.executable).parent / "quantgate"
+    proc = subprocess.run([str(exe), "bench", "--config", str(conf), "--batch", "1", "--repeats", "1",
+                           "--out", str(out_json)], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    data = json.loads(out_json.read_text())
+    assert set(data["models"]) == {"baseline", "baseline_bf16", "fp8_w8a8", "kv_fp8", "int4_rtn"}
+    assert data["energy_method"] == "estimated" and data["batch_sizes"] == [1]
+    assert "int4" in data["models"]["int4_rtn"]["path"] and "no FP8" in data["models"]["fp8_w8a8"]["path"]
+    # INT4 reads ~4x fewer weight bytes than bf16: it must at least beat the fp32 baseline.
+    assert data["speedup_vs_baseline"]["int4_rtn"]["1"] > 1.0
+    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    exp = client.get_experiment_by_name("smollm2-135m-instruct")
+    query = "tags.`bench.batch` = '1' and tags.variant = 'int4_rtn'"
+    bench_runs = client.search_runs([exp.experiment_id], query)
+    assert bench_runs and bench_runs[0].data.metrics["energy.j_per_token"] > 0

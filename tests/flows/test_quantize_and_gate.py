@@ -23,6 +23,8 @@ VARIANTS = [
     {"name": "int4_gptq", "method": "int4_gptq", "group_size": 32, "num_samples": 4},
     {"name": "int4_rtn", "method": "int4_rtn", "group_size": 32, "control": True},
     {"name": "bad_group", "method": "int4_rtn", "group_size": 48},
+    # No 2-bit scalar kernel on the CPU target: the planner skips it (a control would still run).
+    {"name": "int2_planned_out", "method": "int2_rtn", "group_size": 32, "control": False},
 ]
 
 
@@ -39,6 +41,8 @@ def _config(tmp_path, model, port, *, judge=False):
             "lmeval": {"tasks": ["qg_facts_mc", "qg_replay"], "limit": 4, "replay_size": 6,
                        "batch_size": 4, "min_slice_items": 2},
             "judge": {"enabled": judge, "max_pairs": 2, "min_agreement": 1.0},
+            "bench": {"batch_sizes": [1, 2], "prompt_tokens": 8, "new_tokens": 3, "warmup": 0,
+                      "repeats": 1, "num_cpus": 2},
             "gate": {"per_metric": {"lmeval.qg_facts_mc.acc": 0.01, "lmeval.qg_facts_mc.acc_norm": 0.01,
                                     "lmeval.qg_replay.token_f1": 0.01}},
             "runtime": {"state_dir": str(tmp_path / "state"), "prefect_port": port}}
@@ -70,6 +74,8 @@ def test_run_prints_table_and_addresses(first_run):
         assert stage in out
     assert "| baseline |" in out and "| int4_gptq |" in out
     assert "FAILED: QuantizeError: variants[bad_group].group_size=48" in out
+    assert "int2_planned_out: none" in out and "skipped by the planner" in out
+    assert "[6/7] bench: 5 models" in out  # baseline + the four variants that quantized
     assert "MLflow:  sqlite:///" in out and "Prefect: flow run" in out
 
 
@@ -86,6 +92,15 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
                 == parent.info.run_id}
     assert set(children) == {"baseline", *(v["name"] for v in VARIANTS)}
     assert children["bad_group"].info.status == "FAILED"
+    assert children["int2_planned_out"].info.status == "KILLED"  # not run, by decision
+    assert "skipped by the planner" in children["int2_planned_out"].data.tags["error"]
+    for name in ("baseline", "int4_gptq", "fp8_w8a8"):
+        run = children[name].data
+        assert run.tags["energy_method"] == "estimated" and run.tags["bench.batch"] == "1"
+        for key in ("perf.decode_tok_s", "perf.ttft_ms", "perf.tpot_ms", "energy.j_per_token",
+                    "energy.j_per_token.bs2", "perf.speedup_vs_baseline.bs1", "mem.peak_bytes"):
+            assert run.metrics[key] > 0, (name, key)
+    assert children["baseline"].data.metrics["perf.speedup_vs_baseline.bs1"] == 1.0
     assert "group_size=48" in children["bad_group"].data.tags["error"]
     gptq = children["int4_gptq"].data
     assert gptq.tags["calibration_hash"] == parent.data.tags["calibration_hash"]
@@ -114,11 +129,14 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
     assert client.get_model_version_by_alias("tiny", "canary").tags["variant"] == winner
     assert alias_history(client, "tiny")[-1]["alias"] == "canary"
     artifacts = {f.path for f in client.list_artifacts(parent.info.run_id)}
-    assert {"gate_report.md", "quarantine.jsonl"} <= artifacts
+    assert {"gate_report.md", "quarantine.jsonl", "pareto.png", "bench.json",
+            "roofline_plan.json"} <= artifacts
     (tmp / "dl").mkdir(exist_ok=True)
     report = client.download_artifacts(parent.info.run_id, "gate_report.md", str(tmp / "dl"))
     text = Path(report).read_text()
     assert "## lm-eval tasks" in text and "## LLM-as-judge" in text and "| int4_gptq |" in text
+    assert "## Speed and energy" in text and "Roofline plan on `cpu-epyc-2core`" in text
+    assert re.search(r"\| int4_gptq \| 2 \| int4", text)  # bench row: batch 2, its fast path named
 
 
 def test_identical_rerun_reuses_every_variant(first_run):

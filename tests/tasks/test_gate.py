@@ -49,10 +49,24 @@ def test_per_metric_threshold_and_small_slices_ignored():
                         .worst_recovery, 1.0)
 
 
-def test_unknown_objective_is_named():
-    v = _v("a", 10.0, {}, 1)
-    with pytest.raises(ValueError, match="gate.objective"):
-        decide(BASE, [v], GateConf(objective=("speed",)), min_slice_tokens=1)
+def test_unknown_objective_is_named_at_config_load():
+    with pytest.raises(ValueError, match=r"objective(.|\n)*unknown \['speed'\]"):
+        GateConf(objective=("speed",))
+
+
+def test_default_objective_is_measured_energy_then_bytes():
+    ok = {"domain=code": 8.1, "domain=math": 12.1}
+    frugal = _with(_v("frugal", 10.1, ok, 300), perf={"energy.j_per_token": 0.5})
+    small = _with(_v("small", 10.1, ok, 100), perf={"energy.j_per_token": 0.9})
+    unmeasured = _v("unmeasured", 10.1, ok, 10)  # bench failed: ranks after every measured one
+    d = decide(BASE, [small, unmeasured, frugal], GateConf(), min_slice_tokens=100)
+    assert d.winner == "frugal" and "energy.j_per_token" in d.reason
+    tie = _with(frugal, name="tie", size_bytes=200)
+    assert decide(BASE, [frugal, tie], GateConf(), min_slice_tokens=100).winner == "tie"
+    fast = GateConf(objective=("perf.decode_tok_s",))
+    quick = _with(small, perf={"perf.decode_tok_s": 30.0})
+    slow = _with(frugal, perf={"perf.decode_tok_s": 20.0})
+    assert decide(BASE, [slow, quick], fast, min_slice_tokens=100).winner == "small"
 
 
 def _lm(metrics, slices=None):

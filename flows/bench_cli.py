@@ -1,0 +1,79 @@
+"""`quantgate bench`: the speed/energy benchmark on its own, over the checkpoints a run left.
+
+Finds the baseline and every variant of the config that has a finished checkpoint (the same
+content-addressed folders the flow writes), measures them in one process, writes the JSON and
+logs one MLflow run per model under a `bench` parent run. No Ray or Prefect server: one process
+is the point (ratios measured side by side).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from quantgate.conf.schema import PipelineConfig
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser("bench", help="speed, memory and energy of the baseline and each variant")
+    bench.add_argument("--config", type=Path)
+    bench.add_argument("--variants", help="comma-separated variant names (default: all quantized)")
+    bench.add_argument("--checkpoint", action="append", default=[], metavar="NAME=DIR",
+                       help="bench this checkpoint instead of looking one up (repeatable)")
+    bench.add_argument("--batch", help="batch sizes, e.g. 1,8 (default: bench.batch_sizes)")
+    bench.add_argument("--repeats", type=int, help="timed rounds (default: bench.repeats)")
+    bench.add_argument("--out", type=Path, help="JSON path (default: <state>/bench/cli-<time>.json)")
+    bench.add_argument("--no-mlflow", action="store_true", help="JSON only")
+
+
+def find_checkpoints(config: PipelineConfig, state: Path) -> tuple[dict[str, str], str]:
+    """({"baseline": dir, variant: dir, ...}, held-out traffic path) for this config's run state."""
+    from quantgate.flows.quantize_and_gate import variant_dir
+    from quantgate.tasks.model_source import resolve_model
+    from quantgate.tasks.prepare_traffic import prepare_traffic
+
+    model = resolve_model(config.model.name, state / "models")
+    traffic = prepare_traffic(config.traffic, state / "traffic")
+    paths = {"baseline": model.path}
+    for spec in config.variants:
+        folder = Path(variant_dir(state, spec, model_digest=model.digest, calib_hash=traffic.calibration_hash,
+                                  max_seq_len=config.calibration.max_seq_len))
+        if (folder / "DONE").is_file():
+            paths[spec.name] = str(folder)
+    return paths, traffic.heldout_path
+
+
+def run_bench_cli(args: argparse.Namespace, config: PipelineConfig, state: Path) -> int:
+    from quantgate.tasks.bench_run import bench_table, run_bench
+    from quantgate.tasks.publish import publish_bench
+    from quantgate.tasks.tracking import tracking_uri
+
+    conf = config.bench
+    updates = {}
+    if args.batch:
+        sizes = tuple(int(b) for b in args.batch.split(","))
+        updates |= {"batch_sizes": sizes, "gate_batch": sizes[0]}
+    if args.repeats:
+        updates["repeats"] = args.repeats
+    conf = conf.model_validate({**conf.model_dump(), **updates})
+    paths, heldout = find_checkpoints(config, state)
+    if args.checkpoint:
+        paths |= dict(c.split("=", 1) for c in args.checkpoint)
+    if getattr(args, "variants", None):
+        wanted = {v.strip() for v in args.variants.split(",")} | {"baseline"}
+        paths = {n: p for n, p in paths.items() if n in wanted}
+    print(f"bench: {', '.join(paths)}; batch sizes {list(conf.batch_sizes)}; {conf.repeats} rounds")
+    out = args.out or state / "bench" / f"cli-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    report = run_bench(conf, paths, heldout_path=heldout, out_path=str(out))
+    print(bench_table(report))
+    print(f"energy: {report.energy_method} ({report.energy_detail})")
+    for note in report.meter_notes:
+        print(f"  meter: {note}")
+    print(f"JSON: {out}")
+    if not args.no_mlflow:
+        uri = tracking_uri(config.runtime.mlflow_tracking_uri, state)
+        run_id = publish_bench(uri, config.runtime.experiment or config.model.name, state / "mlartifacts",
+                               report, str(out))
+        print(f"MLflow: {uri} run {run_id}")
+    return 0
