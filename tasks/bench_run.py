@@ -145,7 +145,8 @@ def read_report(path: str) -> BenchReport:
 
 
 def bench_table(report: BenchReport, predicted: dict[str, dict[int, float]] | None = None) -> str:
-    """Markdown: one row per model and batch, speed ratios to the baseline (fp32 on CPU, bf16 on GPU) and to bf16, J/token, memory."""
+    """Markdown: one row per model and batch; speed ratios to the baseline (fp32 on CPU, bf16 on
+    GPU) and to the bf16 baseline; J/token; memory."""
     head = ("model", "batch", "path", "decode tok/s", "× baseline", "× bf16", "predicted ×", "TTFT ms",
             "TPOT ms", "prefill tok/s", f"J/token ({report.energy_method})", "peak MB", "weights MB (disk)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
