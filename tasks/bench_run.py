@@ -62,11 +62,12 @@ class BenchReport:
 def bench_code_digest() -> str:
     import sys
 
-    from quantgate.kernels import int4_cpu
+    from quantgate.kernels import aqlm_ops, codebook_linear, hadamard, int4_cpu, quip_cpu, quip_ops
     from quantgate.tasks import bench, energy, fast_cpu
     from quantgate.tasks.code_digest import source_digest
 
-    return source_digest(sys.modules[__name__], bench, energy, fast_cpu, int4_cpu, packages=("torch",))
+    return source_digest(sys.modules[__name__], bench, energy, fast_cpu, int4_cpu, quip_cpu, codebook_linear,
+                         quip_ops, aqlm_ops, hadamard, packages=("torch",))
 
 
 def load_for_gpu(path: str) -> tuple[torch.nn.Module, str]:

@@ -5,14 +5,14 @@ Evaluation (`modeling.load_causal_lm`) decodes every format to dense fp32: quali
   from the safetensors into torch's CPU int4 matmul (`Int4CpuLinear`); 2-bit codes are a subset of
   the 4-bit grid with the same scale (stored at 4 bits). Lossless but for bf16 scales/zeros.
 - compressed-tensors FP8 (fp8_w8a8, kv_fp8): no FP8 units here (`torch._scaled_mm` ~0.1 GFLOP/s):
-  weights dequantized once to bf16; activation and KV-cache quantization (QDQ only, on CPU) are not
-  applied on this path.
+  weights dequantized once to bf16; activation and KV-cache quantization (QDQ only, on CPU) dropped.
 - QuIP#: E8P transcoded losslessly to int4 (`QuipInt4CpuLinear`). AQLM: its compressed CPU path.
 - Unquantized: dense fp32 (the baseline), or bf16 on request.
 Quantized paths run embeddings, norms and the tied lm_head in bf16. Every dense bf16 Linear is a
 `Bf16Linear`: for one token it runs torch's native bf16 GEMV with oneDNN off, which reads weights at
 DRAM speed here while oneDNN's reads at about half (per layer from DRAM, vs fp32: 2.6-2.9x against
 1.2-1.5x; SmolLM2's lm_head 4.2 ms against 6.7 ms, fp32 10 ms); for more tokens oneDNN's GEMM wins.
+Under torch.compile it is a plain Linear: turn oneDNN off around a compiled batch-1 decode instead.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Bf16Linear(torch.nn.Linear):
     """nn.Linear whose single-token calls (batch-1 decode) run with oneDNN switched off."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() != self.in_features:
+        if x.numel() != self.in_features or torch.compiler.is_compiling():  # no graph break per layer
             return super().forward(x)
         was = torch._C._get_mkldnn_enabled()
         torch._C._set_mkldnn_enabled(False)
