@@ -135,6 +135,8 @@ class BenchConf(Strict):
     warmup: Annotated[int, Field(ge=0)] = 1
     repeats: Annotated[int, Field(ge=1)] = 3
     bf16_baseline: bool = Field(default=True, description="also measure the baseline in bf16")
+    compile: bool = Field(default=False, description="decode through torch.compile on a static cache "
+                          "(every model compiled once per batch size in the warm-up: minutes on 2 cores)")
     energy: tuple[Literal["nvml", "rapl", "estimated"], ...] = Field(
         default=("nvml", "rapl", "estimated"), min_length=1,
         description="energy meters in order of preference; the first available one is used")

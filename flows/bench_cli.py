@@ -23,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="bench this checkpoint instead of looking one up (repeatable)")
     bench.add_argument("--batch", help="batch sizes, e.g. 1,8 (default: bench.batch_sizes)")
     bench.add_argument("--repeats", type=int, help="timed rounds (default: bench.repeats)")
+    bench.add_argument("--compile", action="store_true", help="decode through torch.compile (static cache)")
     bench.add_argument("--out", type=Path, help="JSON path (default: <state>/bench/cli-<time>.json)")
     bench.add_argument("--no-mlflow", action="store_true", help="JSON only")
 
@@ -56,6 +57,8 @@ def run_bench_cli(args: argparse.Namespace, config: PipelineConfig, state: Path)
         updates |= {"batch_sizes": sizes, "gate_batch": sizes[0]}
     if args.repeats:
         updates["repeats"] = args.repeats
+    if args.compile:
+        updates |= {"compile": True, "warmup": max(conf.warmup, 1)}
     conf = conf.model_validate({**conf.model_dump(), **updates})
     paths, heldout = find_checkpoints(config, state)
     if args.checkpoint:

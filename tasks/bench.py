@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -83,11 +84,48 @@ class _PeakRss:
         return max(0, self.peak - self.start_rss)
 
 
+Steps = tuple[Callable[[], torch.Tensor], Callable[[], list[torch.Tensor]]]
+
+
+def _decode_steps(model: torch.nn.Module, ids: torch.Tensor, new_tokens: int,
+                  step: Callable[..., Any] | None) -> Steps:
+    """(prefill, decode) closures. `step` (a compiled forward) decodes on a static cache, so every
+    step has the same shapes and one graph serves them all; None: eager with the dynamic cache."""
+    state: dict[str, Any] = {}
+    p = ids.shape[1]
+
+    def prefill() -> torch.Tensor:
+        kw: dict[str, Any] = {}
+        if step is not None:
+            from transformers import StaticCache
+
+            kw = {"past_key_values": StaticCache(config=model.config, max_cache_len=p + new_tokens),
+                  "cache_position": torch.arange(p, device=ids.device)}
+        out = model(input_ids=ids, use_cache=True, logits_to_keep=1, **kw)
+        state["cache"], state["next"] = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+        return state["next"]
+
+    def decode() -> list[torch.Tensor]:
+        fwd, tokens = step or model, []
+        for i in range(new_tokens - 1):
+            kw = {"cache_position": torch.tensor([p + i], device=ids.device)} if step is not None else {}
+            out = fwd(input_ids=state["next"], past_key_values=state["cache"], use_cache=True,
+                      logits_to_keep=1, **kw)
+            state["next"] = out.logits[:, -1].argmax(-1, keepdim=True)
+            tokens.append(state["next"])
+            if step is None:
+                state["cache"] = out.past_key_values
+        return tokens
+
+    return prefill, decode
+
+
 @torch.no_grad()
 def time_generation(model: torch.nn.Module, ids: torch.Tensor, new_tokens: int,
-                    meter: EnergyMeter) -> tuple[float, float, float, int]:
+                    meter: EnergyMeter, *, step: Callable[..., Any] | None = None
+                    ) -> tuple[float, float, float, int]:
     """(prefill seconds incl. the first token, decode seconds for the other tokens, joules of the
-    decode window, peak bytes above the loaded model)."""
+    decode window, peak bytes above the loaded model). `step`: a compiled forward for decoding."""
     if new_tokens < 2:
         raise ValueError("bench.new_tokens must be ≥ 2: the decode window is every token after the first")
     device = ids.device
@@ -96,16 +134,17 @@ def time_generation(model: torch.nn.Module, ids: torch.Tensor, new_tokens: int,
         base = torch.cuda.memory_allocated(device)
     else:
         rss = _PeakRss()
+    prefill, decode = _decode_steps(model, ids, new_tokens, step)
     _sync(device)
     t0 = time.perf_counter()
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-    nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+    prefill()
     _sync(device)
     t1 = time.perf_counter()
     meter.begin()
-    for _ in range(new_tokens - 1):
-        out = model(input_ids=nxt, past_key_values=out.past_key_values, use_cache=True, logits_to_keep=1)
-        nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+    # oneDNN's bf16 GEMV is slow on this CPU (see fast_cpu.Bf16Linear); in a compiled graph that
+    # module is a plain Linear, so single-sequence compiled decoding turns oneDNN off itself.
+    with torch.backends.mkldnn.flags(enabled=not (step is not None and ids.shape[0] == 1)):
+        decode()
     reading = meter.end()  # the meter syncs the GPU itself
     t2 = time.perf_counter()
     peak = (torch.cuda.max_memory_allocated(device) - base if device.type == "cuda" else rss.growth())
@@ -125,19 +164,34 @@ def resident_bytes(model: torch.nn.Module) -> int:
 def bench_models(paths: dict[str, str], *, loader: Loader, token_stream: list[int],
                  batch_sizes: tuple[int, ...], prompt_tokens: int, new_tokens: int, warmup: int,
                  repeats: int, meter: EnergyMeter, device: str = "cpu",
-                 disk_bytes: Callable[[str], int] | None = None) -> dict[str, ModelBench]:
+                 disk_bytes: Callable[[str], int] | None = None,
+                 compile_decode: bool = False) -> dict[str, ModelBench]:
+    """`compile_decode`: decode steps through torch.compile on a static cache (compiled in the warm-up
+    rounds, which must then be ≥ 1); prefill stays eager."""
+    if compile_decode and warmup < 1:
+        raise ValueError("bench.compile needs bench.warmup ≥ 1: the first round compiles")
     dev = torch.device(device)
-    models = {}
+    models, steps_fn = {}, {}
     for name, path in paths.items():
         model, how = loader(name, path)
-        models[name] = (model.to(dev), how)
+        models[name] = (model.to(dev), how + ("; decode compiled (torch.compile, static cache)"
+                                              if compile_decode else ""))
+        steps_fn[name] = torch.compile(model.forward, dynamic=False) if compile_decode else None
+    if compile_decode:
+        # Every model shares LlamaForCausalLM.forward's code object: one graph per (model, batch).
+        from torch._dynamo import config as dynamo
+
+        dynamo.cache_size_limit = max(torch._dynamo.config.cache_size_limit,
+                                      4 * len(paths) * len(batch_sizes))
+        dynamo.accumulated_cache_size_limit = max(
+            dynamo.accumulated_cache_size_limit, 8 * len(paths) * len(batch_sizes))
     rows = {b: prompt_rows(token_stream, batch=b, prompt_tokens=prompt_tokens).to(dev) for b in batch_sizes}
     samples: dict[tuple[str, int], list[tuple[float, float, float, int]]] = {
         (n, b): [] for n in models for b in batch_sizes}
     for round_ in range(warmup + repeats):
         for name, (model, _) in models.items():
             for b in batch_sizes:
-                got = time_generation(model, rows[b], new_tokens, meter)
+                got = time_generation(model, rows[b], new_tokens, meter, step=steps_fn[name])
                 if round_ >= warmup:
                     samples[(name, b)].append(got)
     out = {}

@@ -119,7 +119,7 @@ def run_bench(conf: BenchConf, paths: dict[str, str], *, heldout_path: str, out_
         token_stream=heldout_prompt_tokens(paths[BASELINE], heldout_path),
         batch_sizes=conf.batch_sizes, prompt_tokens=conf.prompt_tokens, new_tokens=conf.new_tokens,
         warmup=conf.warmup, repeats=conf.repeats, meter=meter, device=conf.device,
-        disk_bytes=lambda p: checkpoint_size(p).bytes)
+        disk_bytes=lambda p: checkpoint_size(p).bytes, compile_decode=conf.compile)
     report = BenchReport(models, tuple(conf.batch_sizes), conf.gate_batch, meter.method, meter.detail,
                          machine_words(conf.device), torch.get_num_threads(), conf.prompt_tokens,
                          conf.new_tokens, conf.repeats, notes)

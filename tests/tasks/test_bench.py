@@ -78,5 +78,28 @@ def test_run_bench_end_to_end_on_held_out_prompts(tiny_model, tmp_path):
     assert set(report.models) == {"baseline", "baseline_bf16"}
     assert report.energy_method == "estimated" and any(n.startswith("rapl") for n in report.meter_notes)
     assert report.models["baseline"].disk_bytes > 0
-    assert "bfloat16" in report.models["baseline_bf16"].path
+    assert "bf16" in report.models["baseline_bf16"].path
     assert (tmp_path / "bench.json").is_file()
+
+
+def test_compiled_decode_generates_the_same_tokens_as_eager(tiny_model):
+    """The compiled static-cache path is the same greedy decode, only faster."""
+    from quantgate.tasks.bench import _decode_steps
+
+    model = load_causal_lm(tiny_model)
+    ids = torch.randint(0, 300, (1, 10), generator=torch.Generator().manual_seed(1))
+    tokens = {}
+    for name, step in (("eager", None), ("compiled", torch.compile(model.forward, dynamic=False))):
+        prefill, decode = _decode_steps(model, ids, 6, step)
+        with torch.no_grad():
+            tokens[name] = [prefill().item()] + [t.item() for t in decode()]
+    benches = bench_models({"m": tiny_model}, loader=lambda n, p: (load_causal_lm(p), "fp32"),
+                           token_stream=list(range(5, 100)), batch_sizes=(1,), prompt_tokens=8,
+                           new_tokens=3, warmup=1, repeats=1, meter=EstimatedCpuMeter(4.0, 20.0),
+                           compile_decode=True)
+    assert "compiled" in benches["m"].path and benches["m"].speeds[1].decode_tok_s > 0
+    assert tokens["eager"] == tokens["compiled"]
+    with pytest.raises(ValueError, match="warmup"):
+        bench_models({"m": tiny_model}, loader=lambda n, p: (load_causal_lm(p), "fp32"),
+                     token_stream=list(range(5, 100)), batch_sizes=(1,), prompt_tokens=8, new_tokens=3,
+                     warmup=0, repeats=1, meter=EstimatedCpuMeter(4.0, 20.0), compile_decode=True)
