@@ -19,7 +19,7 @@ from quantgate.flows.cli import MLFLOW_UI_PORT
 from quantgate.tasks.bench_run import BenchReport, bench_code_digest, bench_table
 from quantgate.tasks.gate import GateDecision, VariantScores
 from quantgate.tasks.pareto import ParetoPoint, plot_pareto, quality_of
-from quantgate.tasks.planning import plan_lines, predicted_speedups
+from quantgate.tasks.planning import model_shape, plan_lines, predicted_speedups
 from quantgate.tasks.prefect_tasks import bench_task
 from quantgate.tasks.roofline import VariantPlan
 
@@ -35,12 +35,22 @@ def run_bench_step(config: PipelineConfig, state: Path, paths: dict[str, str], h
 
 def _predicted(config: PipelineConfig, model_path: str, bench: BenchReport,
                scores: list[VariantScores]) -> dict[str, dict[int, float]]:
-    """The planner on the machine that ran the bench, with each variant's measured bits/weight."""
+    """The planner on the machine that ran the bench, with the bits per weight each variant holds in
+    memory while it runs (not on disk: QuIP# and INT2 run as 4-bit codes here, FP8 as bf16)."""
     methods = {s.name: s.method for s in scores if s.name in bench.models}
-    bits = {s.name: s.bits_per_weight for s in scores if not math.isnan(s.bits_per_weight)}
+    bits = runtime_bits(model_path, bench)
     context = bench.prompt_tokens + bench.new_tokens // 2
     return predicted_speedups(model_path, config.bench.hardware, methods, bits,
                               batch_sizes=bench.batch_sizes, context=context)
+
+
+def runtime_bits(model_path: str, bench: BenchReport) -> dict[str, float]:
+    """Bits per quantized weight a model holds in memory: its resident bytes less the bf16 embedding
+    and lm_head (one table when tied; norms are negligible), over the Linear weights."""
+    shape = model_shape(model_path)
+    tables = 1 if shape.tied_embeddings else 2
+    return {n: (m.resident_bytes - 2 * tables * shape.lm_head_params) * 8 / shape.linear_params
+            for n, m in bench.models.items() if not n.startswith("baseline")}
 
 
 def performance_files(config: PipelineConfig, run_dir: Path, model_path: str,
