@@ -147,7 +147,8 @@ def read_report(path: str) -> BenchReport:
 
 def bench_table(report: BenchReport, predicted: dict[str, dict[int, float]] | None = None) -> str:
     """Markdown: one row per model and batch; speed ratios to the baseline (fp32 on CPU, bf16 on
-    GPU) and to the bf16 baseline; J/token; memory."""
+    GPU) and to the bf16 baseline; J/token; memory. The path column is the path's first clause (the
+    JSON holds it whole)."""
     head = ("model", "batch", "path", "decode tok/s", "× baseline", "× bf16", "predicted ×", "TTFT ms",
             "TPOT ms", "prefill tok/s", f"J/token ({report.energy_method})", "peak MB", "weights MB (disk)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -155,7 +156,7 @@ def bench_table(report: BenchReport, predicted: dict[str, dict[int, float]] | No
         for b, s in m.speeds.items():
             pred = (predicted or {}).get(name, {}).get(b)
             lines.append("| " + " | ".join((
-                name, str(b), m.path, f"{s.decode_tok_s:.1f}", f"{report.ratio(name, b):.2f}",
+                name, str(b), m.path.split(";")[0], f"{s.decode_tok_s:.1f}", f"{report.ratio(name, b):.2f}",
                 f"{report.ratio(name, b, to=BASELINE_BF16):.2f}", "-" if pred is None else f"{pred:.2f}",
                 f"{s.ttft_ms:.1f}", f"{s.tpot_ms:.1f}", f"{s.prefill_tok_s:.0f}", f"{s.j_per_token:.4f}",
                 f"{s.peak_bytes / 1e6:.0f}", f"{m.disk_bytes / 1e6:.1f}")) + " |")
