@@ -23,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        help="bench this checkpoint instead of looking one up (repeatable)")
     bench.add_argument("--batch", help="batch sizes, e.g. 1,8 (default: bench.batch_sizes)")
     bench.add_argument("--repeats", type=int, help="timed rounds (default: bench.repeats)")
+    bench.add_argument("--threads", type=int, help="torch threads (default: bench.num_cpus)")
     bench.add_argument("--compile", action="store_true", help="decode through torch.compile (static cache)")
     bench.add_argument("--out", type=Path, help="JSON path (default: <state>/bench/cli-<time>.json)")
     bench.add_argument("--no-mlflow", action="store_true", help="JSON only")
@@ -47,6 +48,7 @@ def find_checkpoints(config: PipelineConfig, state: Path) -> tuple[dict[str, str
 
 def run_bench_cli(args: argparse.Namespace, config: PipelineConfig, state: Path) -> int:
     from quantgate.tasks.bench_run import bench_table, run_bench
+    from quantgate.tasks.modeling import set_threads
     from quantgate.tasks.publish import publish_bench
     from quantgate.tasks.tracking import tracking_uri
 
@@ -57,9 +59,12 @@ def run_bench_cli(args: argparse.Namespace, config: PipelineConfig, state: Path)
         updates |= {"batch_sizes": sizes, "gate_batch": sizes[0]}
     if args.repeats:
         updates["repeats"] = args.repeats
+    if args.threads:
+        updates["num_cpus"] = args.threads
     if args.compile:
         updates |= {"compile": True, "warmup": max(conf.warmup, 1)}
     conf = conf.model_validate({**conf.model_dump(), **updates})
+    set_threads(conf.num_cpus)
     paths, heldout = find_checkpoints(config, state)
     if args.checkpoint:
         paths |= dict(c.split("=", 1) for c in args.checkpoint)
