@@ -50,6 +50,9 @@ class HardwareProfile(Strict):
         description="per quantgate method: native (matmul in the format's units), weight_only "
         "(weights read compressed, dequantized in-kernel, bf16/fp16 compute), none (no kernel path)")
     notes: dict[str, str] = {}
+    # Bits per weight a method's weights take in memory on this target when its kernel works on a
+    # wider format (this CPU: FP8 runs as bf16, 2-bit codes as 4-bit); the planner reads these.
+    runtime_bits: dict[str, Annotated[float, Field(gt=0)]] = {}
     source: str
     watts_per_busy_core: Annotated[float, Field(gt=0)] | None = Field(
         default=None, description="CPU only: stated power per busy core for the energy estimate")
@@ -61,7 +64,7 @@ class HardwareProfile(Strict):
         missing = [m for m in METHOD_NAMES if m not in self.formats]
         if missing:
             errors.append(f"profile {self.name!r}: formats is missing {', '.join(missing)}")
-        unknown = sorted((set(self.formats) | set(self.notes)) - set(METHOD_NAMES))
+        unknown = sorted((set(self.formats) | set(self.notes) | set(self.runtime_bits)) - set(METHOD_NAMES))
         if unknown:
             errors.append(f"profile {self.name!r}: unknown methods {', '.join(unknown)} "
                           f"(known: {', '.join(METHOD_NAMES)})")

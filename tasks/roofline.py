@@ -184,6 +184,8 @@ def plan_variant(name: str, method: str, shape: ModelShape, profile: HardwarePro
     if support == "none":
         var = base
     else:
+        if bits_per_weight is None:  # what the target's kernel holds, where it widens the format
+            bits_per_weight = profile.runtime_bits.get(method)
         fp = footprint(method, group_size=group_size, bits_per_weight=bits_per_weight,
                        baseline_bits=variant_base_bits or baseline_bits)
         var = plan_step(shape, profile, fp, support=support, **kw)

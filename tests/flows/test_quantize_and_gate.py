@@ -17,14 +17,15 @@ from quantgate.tasks.tracking import alias_history
 
 from factories import mixed_records, write_traffic
 
+# The serving target is an A100 (plan.target): it has no FP8 tensor cores, so the planner skips a
+# non-control FP8 variant; the FP8 controls are quantized and measured anyway.
 VARIANTS = [
-    {"name": "fp8_w8a8", "method": "fp8_w8a8"},
-    {"name": "kv_fp8", "method": "kv_fp8", "num_samples": 4},
+    {"name": "fp8_w8a8", "method": "fp8_w8a8", "control": True},
+    {"name": "kv_fp8", "method": "kv_fp8", "num_samples": 4, "control": True},
     {"name": "int4_gptq", "method": "int4_gptq", "group_size": 32, "num_samples": 4},
     {"name": "int4_rtn", "method": "int4_rtn", "group_size": 32, "control": True},
     {"name": "bad_group", "method": "int4_rtn", "group_size": 48},
-    # No 2-bit scalar kernel on the CPU target: the planner skips it (a control would still run).
-    {"name": "int2_planned_out", "method": "int2_rtn", "group_size": 32, "control": False},
+    {"name": "fp8_on_ampere", "method": "fp8_w8a8"},
 ]
 
 
@@ -41,6 +42,7 @@ def _config(tmp_path, model, port, *, judge=False):
             "lmeval": {"tasks": ["qg_facts_mc", "qg_replay"], "limit": 4, "replay_size": 6,
                        "batch_size": 4, "min_slice_items": 2},
             "judge": {"enabled": judge, "max_pairs": 2, "min_agreement": 1.0},
+            "plan": {"target": "a100-80gb"},
             "bench": {"batch_sizes": [1, 2], "prompt_tokens": 8, "new_tokens": 3, "warmup": 0,
                       "repeats": 1, "num_cpus": 2},
             "gate": {"per_metric": {"lmeval.qg_facts_mc.acc": 0.01, "lmeval.qg_facts_mc.acc_norm": 0.01,
@@ -74,7 +76,8 @@ def test_run_prints_table_and_addresses(first_run):
         assert stage in out
     assert "| baseline |" in out and "| int4_gptq |" in out
     assert "FAILED: QuantizeError: variants[bad_group].group_size=48" in out
-    assert "int2_planned_out: none" in out and "skipped by the planner" in out
+    assert "fp8_on_ampere: none" in out and "skipped by the planner" in out
+    assert "fp8_w8a8: none" in out and "control, measured anyway" in out
     assert "[6/7] bench: 5 models" in out  # baseline + the four variants that quantized
     assert "MLflow:  sqlite:///" in out and "Prefect: flow run" in out
 
@@ -92,8 +95,8 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
                 == parent.info.run_id}
     assert set(children) == {"baseline", *(v["name"] for v in VARIANTS)}
     assert children["bad_group"].info.status == "FAILED"
-    assert children["int2_planned_out"].info.status == "KILLED"  # not run, by decision
-    assert "skipped by the planner" in children["int2_planned_out"].data.tags["error"]
+    assert children["fp8_on_ampere"].info.status == "KILLED"  # not run, by decision
+    assert "no FP8 tensor cores" in children["fp8_on_ampere"].data.tags["error"]
     for name in ("baseline", "int4_gptq", "fp8_w8a8"):
         run = children[name].data
         assert run.tags["energy_method"] == "estimated" and run.tags["bench.batch"] == "1"
@@ -135,7 +138,7 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
     report = client.download_artifacts(parent.info.run_id, "gate_report.md", str(tmp / "dl"))
     text = Path(report).read_text()
     assert "## lm-eval tasks" in text and "## LLM-as-judge" in text and "| int4_gptq |" in text
-    assert "## Speed and energy" in text and "Roofline plan on `cpu-epyc-2core`" in text
+    assert "## Speed and energy" in text and "Roofline plan on `a100-80gb`" in text
     assert re.search(r"\| int4_gptq \| 2 \| int4", text)  # bench row: batch 2, its fast path named
 
 

@@ -115,8 +115,15 @@ def test_kv_fp8_on_h100():
 def test_min_speedup_and_cpu_profile():
     cpu = hardware_profile("cpu-epyc-2core")
     assert cpu.kind == "cpu" and cpu.mem_bandwidth_gbs == 12.5 and cpu.watts_per_busy_core == 4.0
-    p = plan_variant("int2", "int2_gptq", SMOLLM2, cpu, batch=1, context=256)
-    assert p.skip and "no 2-bit scalar kernel" in p.reason
+    # This CPU widens formats: FP8 runs as bf16 (no gain over a bf16 baseline), 2-bit codes as 4-bit.
+    fp8 = plan_variant("fp8", "fp8_w8a8", SMOLLM2, cpu, batch=1, context=256)
+    assert fp8.predicted_speedup == pytest.approx(1.0, abs=1e-3) and not fp8.skip
+    int2 = plan_variant("int2", "int2_gptq", SMOLLM2, cpu, batch=1, context=256)
+    int4 = plan_variant("int4", "int4_gptq", SMOLLM2, cpu, batch=1, context=256)
+    assert int2.predicted_speedup == pytest.approx(int4.predicted_speedup, rel=0.01)
+    assert int4.predicted_speedup > 2
+    slow = plan_variant("fp8", "fp8_w8a8", SMOLLM2, cpu, batch=1, context=256, min_speedup=1.05)
+    assert slow.skip and "predicted speedup 1.00x < 1.05x" in slow.reason
     p = plan_variant("int4", "int4_gptq", SMOLLM2, hardware_profile("h100-sxm"), batch=128, context=8000,
                      min_speedup=1.1)
     assert p.skip and "predicted speedup" in p.reason and "batch 128" in p.reason
