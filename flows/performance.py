@@ -16,7 +16,7 @@ from prefect_ray.context import remote_options
 
 from quantgate.conf.schema import PipelineConfig
 from quantgate.flows.cli import MLFLOW_UI_PORT
-from quantgate.tasks.bench_run import BenchReport, bench_code_digest, bench_table
+from quantgate.tasks.bench_run import BenchReport, bench_code_digest, bench_table, write_report
 from quantgate.tasks.gate import GateDecision, VariantScores
 from quantgate.tasks.pareto import ParetoPoint, plot_pareto, quality_of
 from quantgate.tasks.planning import model_shape, plan_lines, predicted_speedups
@@ -33,10 +33,12 @@ def run_bench_step(config: PipelineConfig, state: Path, paths: dict[str, str], h
         return bench_task.submit(conf=conf, paths=paths, heldout_path=heldout, out_path=str(out))
 
 
-def _predicted(config: PipelineConfig, model_path: str, bench: BenchReport,
-               scores: list[VariantScores]) -> dict[str, dict[int, float]]:
+def predicted_for(config: PipelineConfig, model_path: str, bench: BenchReport | None,
+                  scores: list[VariantScores]) -> dict[str, dict[int, float]]:
     """The planner on the machine that ran the bench, with the bits per weight each variant holds in
     memory while it runs (not on disk: QuIP# and INT2 run as 4-bit codes here, FP8 as bf16)."""
+    if bench is None:
+        return {}
     methods = {s.name: s.method for s in scores if s.name in bench.models}
     bits = runtime_bits(model_path, bench)
     context = bench.prompt_tokens + bench.new_tokens // 2
@@ -53,17 +55,15 @@ def runtime_bits(model_path: str, bench: BenchReport) -> dict[str, float]:
             for n, m in bench.models.items() if not n.startswith("baseline")}
 
 
-def performance_files(config: PipelineConfig, run_dir: Path, model_path: str,
+def performance_files(config: PipelineConfig, run_dir: Path,
                       plans: dict[str, VariantPlan], bench: BenchReport | None,
-                      baseline: VariantScores, scores: list[VariantScores],
-                      decision: GateDecision) -> dict[str, str]:
+                      scores: list[VariantScores], decision: GateDecision,
+                      predicted: dict[str, dict[int, float]]) -> dict[str, str]:
     files = {"plan": run_dir / "roofline_plan.json"}
     files["plan"].write_text(json.dumps({n: asdict(p) for n, p in plans.items()}, indent=1))
     if bench is not None:
         files["bench"] = run_dir / "bench.json"
-        predicted = _predicted(config, model_path, bench, scores)
-        data = {"predicted_speedup_vs_baseline": predicted, "bench": json.loads(json.dumps(asdict(bench)))}
-        files["bench"].write_text(json.dumps(data, indent=1, default=str))
+        write_report(bench, files["bench"], predicted=predicted)
         b = bench.gate_batch
         points = [ParetoPoint(n, 1.0, bench.models[n].speeds[b].j_per_token,
                               bench.models[n].speeds[b].decode_tok_s, False, reference=True)
@@ -78,14 +78,12 @@ def performance_files(config: PipelineConfig, run_dir: Path, model_path: str,
 
 
 def performance_section(config: PipelineConfig, plans: dict[str, VariantPlan], bench: BenchReport | None,
-                        files: dict[str, str]) -> str:
+                        predicted: dict[str, dict[int, float]]) -> str:
     controls = {s.name for s in config.variants if s.control}
     lines = ["## Speed and energy", "", *plan_lines(plans, config.plan, controls), ""]
     if bench is None:
         lines.append("Bench: not run (disabled or failed): the gate ranked on its other objectives.")
         return "\n".join(lines) + "\n"
-    predicted = json.loads(Path(files["bench"]).read_text())["predicted_speedup_vs_baseline"]
-    predicted = {n: {int(b): v for b, v in per.items()} for n, per in predicted.items()}
     lines += [f"Bench on {bench.machine}: {bench.prompt_tokens}-token prompts from held-out traffic, "
               f"{bench.new_tokens} new tokens, median of {bench.repeats} interleaved rounds. Energy: "
               f"`{bench.energy_method}` ({bench.energy_detail}). Predicted × is the roofline on "

@@ -26,6 +26,7 @@ from quantgate.flows.performance import (
     artifact_links,
     performance_files,
     performance_section,
+    predicted_for,
     run_bench_step,
 )
 from quantgate.tasks.calibrate import calibration_code_digest
@@ -294,8 +295,9 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
     flow_run_id = str(runtime.flow_run.id)
     run_dir = state / "runs" / flow_run_id
     run_dir.mkdir(parents=True, exist_ok=True)
-    perf_files = performance_files(config, run_dir, model.path, plans, bench, baseline, scores, decision)
-    report += "\n" + performance_section(config, plans, bench, perf_files)
+    predicted = predicted_for(config, model.path, bench, scores)
+    perf_files = performance_files(config, run_dir, plans, bench, scores, decision, predicted)
+    report += "\n" + performance_section(config, plans, bench, predicted)
     config_file = run_dir / "pipeline_config.json"
     config_file.write_text(config.model_dump_json(indent=1))
     uri = tracking_uri(config.runtime.mlflow_tracking_uri, state)

@@ -127,12 +127,17 @@ def run_bench(conf: BenchConf, paths: dict[str, str], *, heldout_path: str, out_
     return report
 
 
-def write_report(report: BenchReport, path: Path) -> None:
+def write_report(report: BenchReport, path: Path,
+                 predicted: dict[str, dict[int, float]] | None = None) -> None:
+    """The report as JSON; `predicted`: the planner's speedups for the same models and batches."""
     data = asdict(report)
     data["models"] = {n: {**asdict(m), "speeds": {str(b): asdict(s) for b, s in m.speeds.items()}}
                       for n, m in report.models.items()}
     data["speedup_vs_baseline"] = {n: {str(b): report.ratio(n, b) for b in report.batch_sizes}
                                for n in report.models}
+    if predicted is not None:
+        data["predicted_speedup_vs_baseline"] = {n: {str(b): v for b, v in per.items()}
+                                                 for n, per in predicted.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1))
 
@@ -140,6 +145,7 @@ def write_report(report: BenchReport, path: Path) -> None:
 def read_report(path: str) -> BenchReport:
     data = json.loads(Path(path).read_text())
     data.pop("speedup_vs_baseline", None)
+    data.pop("predicted_speedup_vs_baseline", None)
     data["models"] = from_json(data["models"])
     data["batch_sizes"] = tuple(data["batch_sizes"])
     return BenchReport(**data)
