@@ -72,7 +72,8 @@ def plot_pareto(points: list[ParetoPoint], out_png: Path, *, threshold: float, b
         ax.axhline(threshold, color="tab:orange", lw=1, label=f"gate threshold {threshold}")
         ax.set_xlabel(label + (" (lower is better)" if lower else " (higher is better)"))
         ax.set_ylabel("quality: lowest recovery the gate checked")
-        ax.set_yscale("log")
+        if min((p.quality for p in points if p.quality > 0), default=1.0) < 0.5:
+            ax.set_yscale("log")  # collapsed variants (2-bit scalar) sit decades below the rest
         ax.legend(loc="lower right", fontsize=8)
     fig.suptitle(f"Quality vs energy and speed, batch {batch}; {machine}. "
                  "Green: passes the gate, red: fails, black: baseline.", fontsize=10)
