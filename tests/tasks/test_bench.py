@@ -50,10 +50,8 @@ def test_resident_bytes_count_tied_weights_once(tiny_model):
 
 
 def test_side_by_side_bench_ratios_and_json_round_trip(tiny_model, tmp_path):
-    loader = {"fp32": lambda n, p: (load_causal_lm(p), "fp32"),
-              "bf16": lambda n, p: (load_causal_lm(p, "bfloat16"), "bf16")}
     benches = bench_models({"baseline": tiny_model, "copy": tiny_model},
-                           loader=lambda n, p: loader["fp32"](n, p), token_stream=list(range(5, 400)),
+                           loader=lambda n, p: (load_causal_lm(p), "fp32"), token_stream=list(range(5, 400)),
                            batch_sizes=(1, 2), prompt_tokens=8, new_tokens=4, warmup=1, repeats=2,
                            meter=EstimatedCpuMeter(4.0, 20.0))
     assert set(benches) == {"baseline", "copy"} and set(benches["copy"].speeds) == {1, 2}
