@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from quantgate.tasks.modeling import load_causal_lm
-from quantgate.tasks.quantize.codebook_checkpoint import CODEBOOK_METHODS, load_codebook_model
+from quantgate.tasks.model.load import load_causal_lm
+from quantgate.tasks.quantize.codebook.checkpoint import CODEBOOK_METHODS, load_codebook_model
 
 
 def _load(path: str) -> torch.nn.Module:

@@ -42,7 +42,7 @@ def gpu_facts() -> dict[str, object]:
 
 def main() -> None:
     from quantgate.conf.schema import BenchConf
-    from quantgate.tasks.bench_run import bench_table, run_bench
+    from quantgate.tasks.perf.bench import bench_table, run_bench
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", required=True)

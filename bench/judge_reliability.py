@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from quantgate.conf.evals import RELIABILITY_FILE
-from quantgate.tasks.judge_client import ChatEndpoint
-from quantgate.tasks.judge_reliability import judge_code_digest, measure_reliability
-from quantgate.tasks.judge_server import JUDGE_SHA256, local_judge_server, packaged_judge_gguf
+from quantgate.tasks.judge.client import ChatEndpoint
+from quantgate.tasks.judge.reliability import judge_code_digest, measure_reliability
+from quantgate.tasks.judge.server import JUDGE_SHA256, local_judge_server, packaged_judge_gguf
 
 
 def main() -> None:

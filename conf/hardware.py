@@ -1,4 +1,4 @@
-"""Hardware profiles for the roofline planner (`quantgate.tasks.roofline`).
+"""Hardware profiles for the roofline planner (`quantgate.tasks.perf.roofline`).
 
 One profile per target: memory bandwidth, dense peak compute per format, and for every
 quantgate method whether the target runs it natively, weight-only, or not at all. The

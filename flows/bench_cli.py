@@ -32,8 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def find_checkpoints(config: PipelineConfig, state: Path) -> tuple[dict[str, str], str]:
     """({"baseline": dir, variant: dir, ...}, held-out traffic path) for this config's run state."""
     from quantgate.flows.quantize_and_gate import variant_dir
-    from quantgate.tasks.model_source import resolve_model
-    from quantgate.tasks.prepare_traffic import prepare_traffic
+    from quantgate.tasks.model.source import resolve_model
+    from quantgate.tasks.traffic.prepare import prepare_traffic
 
     model = resolve_model(config.model.name, state / "models")
     traffic = prepare_traffic(config.traffic, state / "traffic")
@@ -47,10 +47,10 @@ def find_checkpoints(config: PipelineConfig, state: Path) -> tuple[dict[str, str
 
 
 def run_bench_cli(args: argparse.Namespace, config: PipelineConfig, state: Path) -> int:
-    from quantgate.tasks.bench_run import bench_table, run_bench
-    from quantgate.tasks.modeling import set_threads
-    from quantgate.tasks.publish import publish_bench
-    from quantgate.tasks.tracking import tracking_uri
+    from quantgate.tasks.model.load import set_threads
+    from quantgate.tasks.perf.bench import bench_table, run_bench
+    from quantgate.tasks.registry.publish import publish_bench
+    from quantgate.tasks.registry.tracking import tracking_uri
 
     conf = config.bench
     updates = {}

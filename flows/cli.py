@@ -19,7 +19,7 @@ from pathlib import Path
 from quantgate.conf.load import ConfigError, load_config
 from quantgate.conf.schema import PipelineConfig
 from quantgate.flows.bench_cli import add_parser as add_bench_parser
-from quantgate.flows.runtime import configure_process_env
+from quantgate.tasks.runtime.servers import configure_process_env
 
 MLFLOW_UI_PORT = 5000
 
@@ -87,14 +87,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
-    from quantgate.flows.runtime import prefect_server, ray_cluster
+    from quantgate.tasks.runtime.servers import prefect_server, ray_cluster
 
     start = time.perf_counter()
     with prefect_server(state, config.runtime.prefect_port, ui=False) as server:
         # Imported only now: prefect reads PREFECT_API_URL once, on import; read earlier, it
         # would start a temporary server of its own instead of using this one.
         from quantgate.flows.quantize_and_gate import quantize_and_gate
-        from quantgate.tasks.report import HEADER, markdown_table
+        from quantgate.tasks.gate.report import HEADER, markdown_table
 
         with ray_cluster(address=config.runtime.ray_address, num_cpus=config.runtime.ray_num_cpus,
                          env=env, state_dir=state):
@@ -126,7 +126,7 @@ def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
 def _serve_schedule(config: PipelineConfig, state: Path, env: dict[str, str], *, cron: str,
                     name: str) -> int:
     """Runs until SIGTERM/Ctrl-C; each scheduled run executes here on the local Ray."""
-    from quantgate.flows.runtime import prefect_server, ray_cluster
+    from quantgate.tasks.runtime.servers import prefect_server, ray_cluster
 
     with prefect_server(state, config.runtime.prefect_port, ui=True) as server:
         from quantgate.flows.quantize_and_gate import quantize_and_gate
@@ -143,8 +143,8 @@ def _serve_schedule(config: PipelineConfig, state: Path, env: dict[str, str], *,
 def _serve_ui(config: PipelineConfig, state: Path) -> int:
     import subprocess
 
-    from quantgate.flows.runtime import prefect_server
-    from quantgate.tasks.tracking import tracking_uri
+    from quantgate.tasks.registry.tracking import tracking_uri
+    from quantgate.tasks.runtime.servers import prefect_server
 
     uri = tracking_uri(config.runtime.mlflow_tracking_uri, state)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}

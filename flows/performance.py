@@ -16,12 +16,12 @@ from prefect_ray.context import remote_options
 
 from quantgate.conf.schema import PipelineConfig
 from quantgate.flows.cli import MLFLOW_UI_PORT
-from quantgate.tasks.bench_run import BenchReport, bench_code_digest, bench_table, write_report
-from quantgate.tasks.gate import GateDecision, VariantScores
-from quantgate.tasks.pareto import ParetoPoint, plot_pareto, quality_of
-from quantgate.tasks.planning import model_shape, plan_lines, predicted_speedups
-from quantgate.tasks.prefect_tasks import bench_task
-from quantgate.tasks.roofline import VariantPlan
+from quantgate.tasks.gate.decide import GateDecision, VariantScores
+from quantgate.tasks.perf.bench import BenchReport, bench_code_digest, bench_table, write_report
+from quantgate.tasks.perf.pareto import ParetoPoint, plot_pareto, quality_of
+from quantgate.tasks.perf.plan import model_shape, plan_lines, predicted_speedups
+from quantgate.tasks.perf.roofline import VariantPlan
+from quantgate.tasks.stages import bench_task
 
 
 def run_bench_step(config: PipelineConfig, state: Path, paths: dict[str, str], heldout: str

@@ -29,13 +29,17 @@ from quantgate.flows.performance import (
     predicted_for,
     run_bench_step,
 )
-from quantgate.tasks.calibrate import calibration_code_digest
-from quantgate.tasks.evaluate import eval_code_digest
-from quantgate.tasks.judge_reliability import judge_vote
-from quantgate.tasks.judge_server import local_judge_server, packaged_judge_gguf
-from quantgate.tasks.lmeval import lmeval_code_digest
-from quantgate.tasks.planning import plan_lines
-from quantgate.tasks.prefect_tasks import (
+from quantgate.tasks.calibrate.stats import calibration_code_digest
+from quantgate.tasks.evaluate.lmeval import lmeval_code_digest
+from quantgate.tasks.evaluate.perplexity import eval_code_digest
+from quantgate.tasks.gate.report import comparison_rows, gate_report
+from quantgate.tasks.judge.reliability import judge_vote
+from quantgate.tasks.judge.server import local_judge_server, packaged_judge_gguf
+from quantgate.tasks.perf.plan import plan_lines
+from quantgate.tasks.quantize.run import quantize_code_digest
+from quantgate.tasks.registry.publish import PublishInputs
+from quantgate.tasks.registry.tracking import tracking_uri
+from quantgate.tasks.stages import (
     calibrate_task,
     drift_task,
     evaluate_task,
@@ -49,10 +53,6 @@ from quantgate.tasks.prefect_tasks import (
     resolve_model_task,
     score_variant_task,
 )
-from quantgate.tasks.publish import PublishInputs
-from quantgate.tasks.quantize.run import quantize_code_digest
-from quantgate.tasks.report import comparison_rows, gate_report
-from quantgate.tasks.tracking import tracking_uri
 
 
 @dataclass(frozen=True)

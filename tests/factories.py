@@ -82,8 +82,8 @@ def tiny_llama(path: Path, *, hidden: int = 64, layers: int = 2, seed: int = 0) 
 
 def calibration_file(d: Path) -> Path:
     """A calibration JSONL of 8 requests drawn by our own sampler from mixed traffic."""
-    from quantgate.tasks.sampling import stratified_split
-    from quantgate.tasks.traffic import load_traffic, write_requests
+    from quantgate.tasks.traffic.load import load_traffic, write_requests
+    from quantgate.tasks.traffic.sampling import stratified_split
 
     reqs = load_traffic(write_traffic(d / "t.jsonl", mixed_records(40)), max_line_bytes=65536,
                         length_buckets=(200,)).requests

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from quantgate.tasks.quantize import (
+from quantgate.tasks.quantize.methods import (
     aqlm_2x8,
     fp8_w8a8,
     int2_gptq,

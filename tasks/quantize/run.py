@@ -18,15 +18,17 @@ import torch
 
 from quantgate.conf.methods import VariantSpec
 from quantgate.kernels.ldlq import HessianNotPositiveDefinite
-from quantgate.tasks.code_digest import source_digest
-from quantgate.tasks.modeling import load_causal_lm, load_tokenizer
-from quantgate.tasks.quantize import codebook_checkpoint, codebook_method, finetune_e2e
-from quantgate.tasks.quantize.codebook_checkpoint import save_codebook_checkpoint
-from quantgate.tasks.quantize.codebook_method import calibration_hessians
-from quantgate.tasks.quantize.finetune_e2e import finetune_checkpoint
+from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
+from quantgate.tasks.quantize.codebook import checkpoint as codebook_checkpoint
+from quantgate.tasks.quantize.codebook import finetune as finetune_e2e
+from quantgate.tasks.quantize.codebook import layers as codebook_method
+from quantgate.tasks.quantize.codebook.checkpoint import save_codebook_checkpoint
+from quantgate.tasks.quantize.codebook.finetune import finetune_checkpoint
+from quantgate.tasks.quantize.codebook.layers import calibration_hessians
 from quantgate.tasks.quantize.registry import quantizer_for
-from quantgate.tasks.text import encode_request
-from quantgate.tasks.traffic import read_requests
+from quantgate.tasks.runtime.digest import source_digest
+from quantgate.tasks.traffic.load import read_requests
+from quantgate.tasks.traffic.tokens import encode_request
 
 VARIANT_RECORD = "quantgate_variant.json"
 _OWN_KERNELS = (Path(__file__).parents[2] / "kernels",)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from quantgate.tasks.tracking import alias_history
+from quantgate.tasks.registry.tracking import alias_history
 
 from factories import mixed_records, write_traffic
 

@@ -1,0 +1,146 @@
+"""Token perplexity on held-out traffic, overall and per slice.
+
+Each request is the model's chat template over prompt + served answer. Its tokens are cut
+into fixed, non-overlapping windows of `window` tokens; the answer tokens of each window are
+scored (the first token of a window has no context and is not). PPL = exp(total NLL / scored
+tokens), summed over the requests of a slice. Baseline and every variant go through this
+one function, in one dtype (`eval.dtype`, fp32 by default).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
+from quantgate.tasks.runtime.digest import source_digest
+from quantgate.tasks.traffic.load import read_requests
+from quantgate.tasks.traffic.slices import slice_names
+from quantgate.tasks.traffic.tokens import Encoded, encode_request
+
+
+@dataclass(frozen=True)
+class SlicePpl:
+    ppl: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    ppl: float
+    tokens: int
+    slices: dict[str, SlicePpl]
+    kv_cache_quantized_layers: int
+    seconds: float
+
+
+def _windows(enc: Encoded, window: int) -> list[tuple[list[int], int]]:
+    """(ids, first scored position) for each window that holds answer tokens."""
+    out = []
+    for start in range(0, len(enc.input_ids), window):
+        ids = enc.input_ids[start : start + window]
+        first = max(enc.answer_start - start, 1)
+        if first < len(ids):
+            out.append((ids, first))
+    return out
+
+
+@torch.no_grad()
+def request_nlls(
+    model: torch.nn.Module, encoded: list[Encoded], *, window: int, batch_size: int
+) -> list[tuple[float, int]]:
+    """Per request: (sum of NLL over its scored answer tokens, number of those tokens)."""
+    items = [(i, ids, first) for i, e in enumerate(encoded) for ids, first in _windows(e, window)]
+    items.sort(key=lambda t: len(t[1]))  # similar lengths together: less padding
+    totals = [[0.0, 0] for _ in encoded]
+    for b in range(0, len(items), batch_size):
+        batch = items[b : b + batch_size]
+        width = max(len(ids) for _, ids, _ in batch)
+        input_ids = torch.zeros(len(batch), width, dtype=torch.long)
+        mask = torch.zeros(len(batch), width, dtype=torch.long)
+        labels = torch.full((len(batch), width), -100, dtype=torch.long)
+        for row, (_, ids, first) in enumerate(batch):
+            input_ids[row, : len(ids)] = torch.tensor(ids)
+            mask[row, : len(ids)] = 1
+            labels[row, first : len(ids)] = input_ids[row, first : len(ids)]
+        targets = labels[:, 1:]  # position t predicts token t+1
+        scored = targets != -100  # [B, T-1]
+        logits = _scored_logits(model, input_ids, mask, scored)  # [N, V], N scored positions
+        nll = F.cross_entropy(logits.float(), targets[scored], reduction="none")  # [N]
+        rows = scored.nonzero()[:, 0]  # [N] batch row of each scored position
+        per_row = torch.zeros(len(batch), dtype=torch.float64).index_add_(0, rows, nll.double())
+        for row, (i, _, _) in enumerate(batch):
+            totals[i][0] += float(per_row[row])
+            totals[i][1] += int(scored[row].sum())
+    return [(s, int(n)) for s, n in totals]
+
+
+def _scored_logits(
+    model: torch.nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, scored: torch.Tensor
+) -> torch.Tensor:
+    """Logits at the scored positions only. The vocabulary projection is the largest matmul
+    of a small model (49152 x 576 on SmolLM2) and most positions are prompt tokens, so it is
+    applied to the scored hidden states alone; models that post-process logits (soft-capping,
+    logit scaling) take the plain full forward."""
+    config = model.config
+    if getattr(config, "final_logit_softcapping", None) or getattr(config, "logit_scale", None):
+        return model(input_ids=input_ids, attention_mask=mask, use_cache=False).logits[:, :-1][scored]
+    hidden = model.base_model(input_ids=input_ids, attention_mask=mask, use_cache=False)
+    return model.get_output_embeddings()(hidden.last_hidden_state[:, :-1][scored])  # [N, V]
+
+
+def aggregate(nlls: list[tuple[float, int]], slices: list[dict[str, str]]) -> tuple[
+    SlicePpl, dict[str, SlicePpl]
+]:
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for (s, n), sl in zip(nlls, slices, strict=True):
+        for name in ["overall", *slice_names(sl)]:
+            sums[name][0] += s
+            sums[name][1] += n
+    result = {k: SlicePpl(math.exp(s / n) if n else math.nan, int(n)) for k, (s, n) in sums.items()}
+    return result.pop("overall"), dict(sorted(result.items()))
+
+
+def count_kv_quantized_layers(model: torch.nn.Module) -> int:
+    """Attention modules whose K/V pass through compressed-tensors' QuantizedKVCache."""
+    return sum(1 for _, m in model.named_modules() if type(m).__name__ == "QuantizedKVCache")
+
+
+def evaluate_checkpoint(
+    checkpoint: str, heldout_path: str, out_path: str, *, window: int, batch_size: int,
+    dtype: str = "float32",
+) -> EvalResult:
+    start = time.perf_counter()
+    requests = read_requests(Path(heldout_path))
+    tokenizer = load_tokenizer(checkpoint)
+    model = load_causal_lm(checkpoint, dtype)
+    encoded = [encode_request(tokenizer, r) for r in requests]
+    nlls = request_nlls(model, encoded, window=window, batch_size=batch_size)
+    overall, slices = aggregate(nlls, [r.slices for r in requests])
+    result = EvalResult(overall.ppl, overall.tokens, slices, count_kv_quantized_layers(model),
+                        time.perf_counter() - start)
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_path).write_text(json.dumps(asdict(result), indent=1))
+    return result
+
+
+def eval_code_digest() -> str:
+    from quantgate.tasks.model import load as modeling
+    from quantgate.tasks.traffic import tokens as text
+
+    return source_digest(sys.modules[__name__], modeling, text,
+                         packages=("transformers", "compressed-tensors", "torch"))
+
+
+def read_eval(path: str) -> EvalResult:
+    raw = json.loads(Path(path).read_text())
+    raw["slices"] = {k: SlicePpl(**v) for k, v in raw["slices"].items()}
+    return EvalResult(**raw)

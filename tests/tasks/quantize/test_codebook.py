@@ -1,0 +1,147 @@
+"""The 2-bit methods (QuIP#, AQLM) and their scalar controls on a tiny Llama whose widths are not
+powers of two (96 = 12·8, 192, 48): real checkpoints, reloaded, compared with the baseline."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from pydantic import TypeAdapter
+
+from quantgate.conf.methods import VariantSpec
+from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear
+from quantgate.tasks.model.load import load_causal_lm
+from quantgate.tasks.model.size import checkpoint_size
+from quantgate.tasks.quantize.codebook.checkpoint import load_codebook_model
+from quantgate.tasks.quantize.run import quantize_variant
+
+from factories import calibration_file, mixed_records, tiny_llama
+
+SPEC = TypeAdapter(VariantSpec)
+QUIP = {"name": "q", "method": "quip_sharp_2bit", "num_samples": 8}
+AQLM = {"name": "a", "method": "aqlm_2x8", "num_samples": 8, "max_rounds": 1, "adam_steps": 5,
+        "beam_size": 1}
+
+
+@pytest.fixture(scope="module")
+def model96(tmp_path_factory) -> str:
+    return str(tiny_llama(tmp_path_factory.mktemp("tiny96") / "model", hidden=96))
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory):
+    return str(calibration_file(tmp_path_factory.mktemp("cal")))
+
+
+@pytest.fixture(scope="module")
+def quantized(model96, calibration, tmp_path_factory):
+    out = tmp_path_factory.mktemp("variants")
+    paths = {}
+    for spec in (QUIP, AQLM, {"name": "r", "method": "int2_rtn", "group_size": 32}):
+        res = quantize_variant(SPEC.validate_python(spec), model_path=model96, calibration_path=calibration,
+                               out_dir=str(out / spec["name"]), max_seq_len=64)
+        paths[spec["method"]] = res.checkpoint
+    return paths
+
+
+def _rel_error(base_path: str, path: str) -> float:
+    """Logit error on held-out text of the calibration's kind (not random ids: a Hessian from a few
+    hundred tokens says nothing about directions that text never excites)."""
+    from quantgate.tasks.model.load import load_tokenizer
+
+    text = [f"{r['request']['messages'][0]['content']} {r['response']['choices'][0]['message']['content']}"
+            for r in mixed_records(60, seed=7)[-4:]]
+    ids = load_tokenizer(base_path)(text, return_tensors="pt", padding=True).input_ids
+    with torch.no_grad():
+        base = load_causal_lm(base_path)(input_ids=ids).logits
+        quant = load_causal_lm(path)(input_ids=ids).logits
+    return float((quant - base).norm() / base.norm())
+
+
+def test_codebook_methods_reload_and_beat_scalar_2bit_rounding(model96, quantized):
+    rtn = _rel_error(model96, quantized["int2_rtn"])
+    for method in ("quip_sharp_2bit", "aqlm_2x8"):
+        err = _rel_error(model96, quantized[method])
+        assert 0 < err < 0.8 * rtn, (method, err, rtn)
+
+
+def test_compressed_forward_matches_the_decoded_weights(quantized):
+    ids = torch.randint(0, 300, (1, 12), generator=torch.Generator().manual_seed(1))
+    for method, cls in (("quip_sharp_2bit", QuipLinear), ("aqlm_2x8", AqlmLinear)):
+        dense = load_codebook_model(quantized[method], materialize=True)
+        packed = load_codebook_model(quantized[method], materialize=False)
+        assert sum(isinstance(m, cls) for m in packed.modules()) == 2 * 7  # every Linear but lm_head
+        assert all(m.dense is None for m in packed.modules() if isinstance(m, cls))
+        with torch.no_grad():
+            torch.testing.assert_close(packed(input_ids=ids).logits, dense(input_ids=ids).logits,
+                                       rtol=1e-4, atol=1e-4)
+
+
+def test_bits_per_weight_count_codes_codebooks_scales_and_signs(model96, quantized):
+    shapes = [(96, 96), (48, 96), (48, 96), (96, 96), (192, 96), (192, 96), (96, 192)]  # q k v o g u d
+    weights = 2 * sum(m * n for m, n in shapes)
+    quip_bits = 2 * sum(2 * m * n + 16 * (m + n) + 32 for m, n in shapes)  # codes, SU, SV, Wscale
+    aqlm_bits = 2 * sum(2 * m * n + 2 * 256 * 8 * 32 + 32 * m for m, n in shapes)  # codes, codebooks, scales
+    assert checkpoint_size(quantized["quip_sharp_2bit"]).bits_per_weight == pytest.approx(quip_bits / weights)
+    assert checkpoint_size(quantized["aqlm_2x8"]).bits_per_weight == pytest.approx(aqlm_bits / weights)
+    assert checkpoint_size(quantized["int2_rtn"]).bits_per_weight < 3.5
+
+
+def test_record_has_the_methods_notes(quantized):
+    notes = json.loads((__import__("pathlib").Path(quantized["quip_sharp_2bit"]) /
+                        "quantgate_variant.json").read_text())["notes"]
+    assert notes["layers"] == 14 and notes["cheap_layers"] == 0
+    assert 0 < notes["mean_proxy_loss"] < notes["mean_nearest_loss"]  # BlockLDLQ beat nearest rounding
+
+
+@pytest.mark.parametrize("spec", [QUIP, AQLM], ids=["quip", "aqlm"])
+def test_an_exhausted_budget_still_saves_a_whole_model_and_says_so(spec, model96, calibration, tmp_path):
+    res = quantize_variant(SPEC.validate_python(spec | {"time_budget_s": 1e-6}), model_path=model96,
+                           calibration_path=calibration, out_dir=str(tmp_path / "v"), max_seq_len=64)
+    notes = json.loads((tmp_path / "v" / "quantgate_variant.json").read_text())["notes"]
+    assert notes["cheap_layers"] == notes["layers"] == 14
+    assert notes["budget"].startswith("exhausted")
+    assert _rel_error(model96, res.checkpoint) < 1.0
+
+
+def test_aqlm_checkpoint_loads_through_transformers_and_the_aqlm_package(model96, quantized, tmp_path):
+    """The same files through `AutoModelForCausalLM.from_pretrained` + aqlm's QuantizedLinear. aqlm
+    1.1.7's CPU GEMV races across numba threads, so that process runs numba single-threaded."""
+    ids = [[5, 17, 42, 99, 7, 3]]
+    code = (
+        "import json, sys, torch\n"
+        "from transformers import AutoModelForCausalLM\n"
+        f"m = AutoModelForCausalLM.from_pretrained({quantized['aqlm_2x8']!r}, dtype=torch.float32)\n"
+        "assert type(m.model.layers[0].mlp.down_proj).__name__ == 'QuantizedLinear'\n"
+        f"print(json.dumps(m(input_ids=torch.tensor({ids})).logits[0, -1].tolist()))\n")
+    env = os.environ | {"NUMBA_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    theirs = torch.tensor(json.loads(out.stdout.strip().splitlines()[-1]))
+    with torch.no_grad():
+        ours = load_codebook_model(quantized["aqlm_2x8"])(input_ids=torch.tensor(ids)).logits[0, -1]
+    torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-4)
+
+
+def test_end_to_end_finetuning_lowers_the_heldout_kl(model96, quantized, calibration):
+    import time
+
+    from quantgate.tasks.model.load import load_tokenizer
+    from quantgate.tasks.quantize.codebook.finetune import finetune_end_to_end
+    from quantgate.tasks.traffic.load import read_requests
+    from quantgate.tasks.traffic.tokens import encode_request
+
+    tok = load_tokenizer(model96)
+    batches = [torch.tensor([encode_request(tok, r).input_ids[:48]])
+               for r in read_requests(__import__("pathlib").Path(calibration))]
+    teacher = load_causal_lm(model96)
+    student = load_codebook_model(quantized["quip_sharp_2bit"], materialize=False)
+    su_before = student.model.layers[0].mlp.down_proj.SU.clone()
+    report = finetune_end_to_end(student, teacher, batches, deadline=time.monotonic() + 120, epochs=3,
+                                 lr=2e-3, heldout=2, accumulate=1)
+    assert report.steps == 3 * 6 and report.stopped_by == "epochs"
+    assert report.kl_after < 0.95 * report.kl_before, report
+    assert not torch.equal(student.model.layers[0].mlp.down_proj.SU, su_before.float())  # signs relaxed
+    assert all(not p.requires_grad for p in student.parameters())
