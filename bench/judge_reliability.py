@@ -34,8 +34,9 @@ def main() -> None:
     gguf = packaged_judge_gguf(args.cache)
     with tempfile.TemporaryDirectory() as tmp, \
             local_judge_server(gguf, log_path=Path(tmp) / "judge.log", threads=args.threads) as base:
+        endpoint = ChatEndpoint(base, "judge", api_key_env=None, timeout_s=120, retries=3)
         out = Path(tmp)
-        rel = measure_reliability(ChatEndpoint(base, "judge"), mode=args.mode, tie_band=0.1,
+        rel = measure_reliability(endpoint, mode=args.mode, tie_band=0.1,
                                   pairs=args.pairs, injection_pairs=args.injections, out_dir=out)
     record = {"judge_sha256": JUDGE_SHA256, "judge_code": judge_code_digest(),
               "measured": datetime.now(UTC).strftime("%Y-%m-%d"),

@@ -1,16 +1,18 @@
 """Hardware profiles for the roofline planner (`quantgate.tasks.perf.roofline`).
 
-One profile per target: memory bandwidth, dense peak compute per format, and for every
-quantgate method whether the target runs it natively, weight-only, or not at all. The
-numbers live in `conf/hardware.yaml`; each profile says where its numbers come from. Sample::
+One profile per target: memory bandwidth, dense peak compute per format, and for every kernel
+family a method can need (`conf.methods.KERNELS`: fp8, int4, int2, e8p, aqlm) whether the target
+runs it natively, weight-only, or not at all. Which family a method needs comes from the method
+(`kernel` on its spec), so a new method on an existing kernel changes nothing here. The numbers
+live in `conf/hardware.yaml`; each profile says where its numbers come from. Sample::
 
     - name: a100-80gb
       kind: gpu
       description: NVIDIA A100 80GB SXM (Ampere)
       mem_bandwidth_gbs: 2039
       tflops: {bf16: 312, fp16: 312, int8: 624}
-      formats: {fp8_w8a8: none, kv_fp8: none, int4_gptq: weight_only, ...}
-      notes: {fp8_w8a8: "no FP8 tensor cores on Ampere"}
+      formats: {fp8: none, int4: weight_only, int2: weight_only, e8p: weight_only, aqlm: weight_only}
+      notes: {fp8: "no FP8 tensor cores on Ampere"}
       source: "NVIDIA A100 datasheet, dense peaks (no sparsity)"
 """
 
@@ -23,15 +25,11 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field, model_validator
 
-from quantgate.conf.methods import METHOD_NAMES
-from quantgate.conf.schema import Strict
+from quantgate.conf.base import Strict
+from quantgate.conf.methods import KERNELS, NATIVE_KERNELS
 
 ComputeFormat = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 Support = Literal["native", "weight_only", "none"]
-
-NATIVE_COMPUTE: dict[str, str] = {"fp8_w8a8": "fp8", "kv_fp8": "fp8"}
-"""Methods whose matmul can run in the format's own units (W8A8). Every other quantgate method is
-weight-only (W4A16, W2A16, codebooks): weights are dequantized in-kernel, compute is bf16."""
 
 WEIGHT_ONLY_COMPUTE: tuple[str, ...] = ("bf16", "fp32")
 """Compute formats a weight-only kernel falls back on, in order of preference."""
@@ -47,11 +45,11 @@ class HardwareProfile(Strict):
     tflops: dict[ComputeFormat, Annotated[float, Field(gt=0)]] = Field(
         description="dense peak (no sparsity), TFLOP/s or TOP/s per compute format")
     formats: dict[str, Support] = Field(
-        description="per quantgate method: native (matmul in the format's units), weight_only "
+        description="per kernel family: native (matmul in the format's units), weight_only "
         "(weights read compressed, dequantized in-kernel, bf16/fp16 compute), none (no kernel path)")
     notes: dict[str, str] = {}
-    # Bits per weight a method's weights take in memory on this target when its kernel works on a
-    # wider format (this CPU: FP8 runs as bf16, 2-bit codes as 4-bit); the planner reads these.
+    # Bits per weight a kernel family's weights take in memory on this target when its kernel works
+    # on a wider format (this CPU: FP8 runs as bf16, 2-bit codes as 4-bit); the planner reads these.
     runtime_bits: dict[str, Annotated[float, Field(gt=0)]] = {}
     source: str
     watts_per_busy_core: Annotated[float, Field(gt=0)] | None = Field(
@@ -61,23 +59,23 @@ class HardwareProfile(Strict):
     @model_validator(mode="after")
     def _check(self) -> HardwareProfile:
         errors = []
-        missing = [m for m in METHOD_NAMES if m not in self.formats]
+        missing = [k for k in KERNELS if k not in self.formats]
         if missing:
             errors.append(f"profile {self.name!r}: formats is missing {', '.join(missing)}")
-        unknown = sorted((set(self.formats) | set(self.notes) | set(self.runtime_bits)) - set(METHOD_NAMES))
+        unknown = sorted((set(self.formats) | set(self.notes) | set(self.runtime_bits)) - set(KERNELS))
         if unknown:
-            errors.append(f"profile {self.name!r}: unknown methods {', '.join(unknown)} "
-                          f"(known: {', '.join(METHOD_NAMES)})")
-        for method, support in self.formats.items():
+            errors.append(f"profile {self.name!r}: unknown kernel families {', '.join(unknown)} "
+                          f"(known: {', '.join(KERNELS)})")
+        for kernel, support in self.formats.items():
             if support == "native":
-                fmt = NATIVE_COMPUTE.get(method)
+                fmt = NATIVE_KERNELS.get(kernel)
                 if fmt is None:
-                    errors.append(f"profile {self.name!r}: {method} has no native compute format "
-                                  f"(only {', '.join(NATIVE_COMPUTE)} run natively); use weight_only")
+                    errors.append(f"profile {self.name!r}: {kernel} has no native compute format "
+                                  f"(only {', '.join(NATIVE_KERNELS)} run natively); use weight_only")
                 elif fmt not in self.tflops:
-                    errors.append(f"profile {self.name!r}: {method} is native but tflops has no {fmt!r}")
+                    errors.append(f"profile {self.name!r}: {kernel} is native but tflops has no {fmt!r}")
             elif support == "weight_only" and not any(f in self.tflops for f in WEIGHT_ONLY_COMPUTE):
-                errors.append(f"profile {self.name!r}: {method} is weight_only but tflops has none of "
+                errors.append(f"profile {self.name!r}: {kernel} is weight_only but tflops has none of "
                               f"{', '.join(WEIGHT_ONLY_COMPUTE)}")
         if self.kind == "gpu" and (self.watts_per_busy_core is not None or self.base_watts is not None):
             errors.append(f"profile {self.name!r}: watts_per_busy_core/base_watts are for CPU profiles")

@@ -1,8 +1,10 @@
 """Variant specs: one config class per quantization method, a union discriminated on `method`.
 
-The method implementations register under the same names in
-`quantgate.tasks.quantize.registry`; a test keeps the two sets equal.
-Sample::
+A method describes itself here: its parameters, the kernel family a serving target needs for it
+(`kernel`, the key of a hardware profile's `formats`), whether its matmul runs in its own units
+(`native_compute`), its KV-cache width (`kv_bits`) and its nominal bits per weight
+(`weight_bits()`). Its implementation is `quantgate.tasks.quantize.methods.<method>`. Adding a
+method: its class below, one line in `SPECS`, its implementation module. Sample::
 
     - name: int4_gptq
       method: int4_gptq
@@ -13,22 +15,28 @@ Sample::
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, TypeAdapter
+
+from quantgate.conf.base import Strict
+
+SCALE_BITS = 16  # one bf16/fp16 scale per group, as compressed-tensors stores it
 
 
-class Resources(BaseModel):
+class Resources(Strict):
     """What one variant's Ray task asks for (Ray schedules on these, it does not enforce them)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     num_cpus: Annotated[float, Field(gt=0)] = 1
     num_gpus: Annotated[float, Field(ge=0)] = 0
     memory_gb: Annotated[float, Field(gt=0)] = 3
 
 
-class _Variant(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Variant(Strict):
+    kernel: ClassVar[str]  # kernel family a target needs: a key of HardwareProfile.formats
+    native_compute: ClassVar[str | None] = None  # compute format of a W8A8-style native matmul
+    kv_bits: ClassVar[int | None] = None  # KV-cache bits when the method quantizes it
+
     name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
     resources: Resources = Resources()
     control: bool = Field(
@@ -37,24 +45,40 @@ class _Variant(BaseModel):
     num_samples: Annotated[int, Field(ge=1)] = 64
     ignore: tuple[str, ...] = ("lm_head",)
 
+    def weight_bits(self) -> float:
+        """Nominal bits stored per quantized weight, scales and codebooks aside unless stated."""
+        raise NotImplementedError
+
 
 class Fp8W8A8(_Variant):
     """FP8 E4M3 weights (per output channel, static) and activations (per token, dynamic)."""
 
+    kernel: ClassVar[str] = "fp8"
+    native_compute: ClassVar[str | None] = "fp8"
     method: Literal["fp8_w8a8"]
 
+    def weight_bits(self) -> float:
+        return 8.0  # the per-channel scale (16 / in_features bits) is negligible
 
-class KvFp8(_Variant):
+
+class KvFp8(Fp8W8A8):
     """FP8 weights and activations as `fp8_w8a8`, plus an FP8 KV cache whose per-layer k/v
     scales are calibrated on the traffic sample."""
 
-    method: Literal["kv_fp8"]
+    kv_bits: ClassVar[int | None] = 8
+    method: Literal["kv_fp8"]  # type: ignore[assignment]
 
 
 class _Int4(_Variant):
+    kernel: ClassVar[str] = "int4"
     num_bits: ClassVar[int] = 4
     group_size: Annotated[int, Field(ge=8)] = 64
     symmetric: bool = True
+
+    def weight_bits(self) -> float:
+        """Codes, a 16-bit scale per group, and a code-width zero point per group when asymmetric."""
+        zero = 0 if self.symmetric else self.num_bits
+        return self.num_bits + (SCALE_BITS + zero) / self.group_size
 
 
 class Int4Rtn(_Int4):
@@ -82,6 +106,7 @@ class Int4Awq(_Int4):
 class Int2Rtn(Int4Rtn):
     """Control for the 2-bit methods: round-to-nearest on a 2-bit grid, group-wise scales."""
 
+    kernel: ClassVar[str] = "int2"
     num_bits: ClassVar[int] = 2
     method: Literal["int2_rtn"]  # type: ignore[assignment]
     control: bool = True
@@ -90,6 +115,7 @@ class Int2Rtn(Int4Rtn):
 class Int2Gptq(Int4Gptq):
     """Control for the 2-bit methods: GPTQ on a 2-bit grid (Hessian-aware, scalar, no rotation)."""
 
+    kernel: ClassVar[str] = "int2"
     num_bits: ClassVar[int] = 2
     method: Literal["int2_gptq"]  # type: ignore[assignment]
     control: bool = True
@@ -111,6 +137,9 @@ class _TwoBit(_Variant):
     finetune_lr: Annotated[float, Field(gt=0)] = 5e-4
     resources: Resources = Resources(num_cpus=2, memory_gb=6)
 
+    def weight_bits(self) -> float:
+        return 2.0  # 16-bit codes per 8 weights (E8P) or 2 x 8-bit codes per 8 weights (AQLM 2x8)
+
 
 class QuipSharp2Bit(_TwoBit):
     """QuIP# at 2 bits: randomized Hadamard incoherence, E8P lattice codebook, BlockLDLQ rounding.
@@ -120,6 +149,7 @@ class QuipSharp2Bit(_TwoBit):
         - {name: quip_sharp_2bit, method: quip_sharp_2bit, time_budget_s: 900}
     """
 
+    kernel: ClassVar[str] = "e8p"
     method: Literal["quip_sharp_2bit"]
     scale_grid: tuple[Annotated[float, Field(gt=0)], ...] = Field(
         default=(1.0,), min_length=1,
@@ -138,16 +168,28 @@ class Aqlm2x8(_TwoBit):
         - {name: aqlm_2x8, method: aqlm_2x8, beam_size: 2, max_rounds: 3}
     """
 
+    kernel: ClassVar[str] = "aqlm"
     method: Literal["aqlm_2x8"]
     beam_size: Annotated[int, Field(ge=1, le=64)] = 2
     max_rounds: Annotated[int, Field(ge=0)] = 3
     adam_steps: Annotated[int, Field(ge=0)] = 10
 
 
-VariantSpec = Annotated[
-    Fp8W8A8 | KvFp8 | Int4Rtn | Int4Gptq | Int4Awq | Int2Rtn | Int2Gptq | QuipSharp2Bit | Aqlm2x8,
-    Field(discriminator="method"),
-]
+# The registry: one line per method.
+SPECS: tuple[type[_Variant], ...] = (Fp8W8A8, KvFp8, Int4Rtn, Int4Gptq, Int4Awq, Int2Rtn, Int2Gptq,
+                                     QuipSharp2Bit, Aqlm2x8)
 
-METHOD_NAMES: tuple[str, ...] = ("fp8_w8a8", "kv_fp8", "int4_rtn", "int4_gptq", "int4_awq", "int2_rtn",
-                                 "int2_gptq", "quip_sharp_2bit", "aqlm_2x8")
+VariantSpec = Annotated[Union[SPECS], Field(discriminator="method")]  # noqa: UP007 - built from a tuple
+
+METHOD_NAMES: tuple[str, ...] = tuple(get_args(c.model_fields["method"].annotation)[0] for c in SPECS)
+KERNELS: tuple[str, ...] = tuple(dict.fromkeys(c.kernel for c in SPECS))
+"""Kernel families, in first-use order: what a hardware profile says it can run."""
+NATIVE_KERNELS: dict[str, str] = {c.kernel: c.native_compute for c in SPECS if c.native_compute}
+"""Kernel family -> the compute format its native matmul uses."""
+
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(VariantSpec)
+
+
+def variant_spec(data: dict[str, Any]) -> _Variant:
+    """Validate one variant mapping (`{"name": ..., "method": ..., ...}`) into its spec."""
+    return _ADAPTER.validate_python(data)

@@ -15,13 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from quantgate.conf.base import Strict
+from quantgate.conf.evals.catalogue import local_tasks, unknown_tasks
+from quantgate.conf.hardware import load_profiles
 from quantgate.conf.methods import VariantSpec
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class ModelConf(Strict):
@@ -78,6 +77,14 @@ class LmEvalConf(Strict):
     run where their data is reachable and are skipped with the reason where it is not."""
 
     tasks: tuple[str, ...] = ("qg_facts_mc", "qg_arith", "qg_json_tool", "qg_replay")
+
+    @field_validator("tasks")
+    @classmethod
+    def _known_tasks(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if unknown := unknown_tasks(v):
+            raise ValueError(f"unknown lm-eval task(s) {unknown}; local: {sorted(local_tasks())}, or a "
+                             "task, group or tag lm-eval ships")
+        return v
     backend: Literal["hf", "vllm"] = Field(
         default="hf", description="hf: our loader + lm-eval's HF model (CPU/GPU); vllm: lm-eval's "
         "vLLM model on the checkpoint path (GPU workers; not exercised on the CPU machine)")
@@ -178,7 +185,8 @@ class GateConf(Strict):
     at bench.gate_batch, then fewest bytes (perf.decode_tok_s counts higher as better)."""
 
     recovery: Annotated[float, Field(gt=0, le=1)] = 0.95
-    per_metric: dict[str, Annotated[float, Field(gt=0, le=1)]] = {}
+    per_metric: dict[str, Annotated[float, Field(gt=0, le=1)]] = Field(
+        default={}, description="`ppl` or `lmeval.<task>.<metric>` of a task in lmeval.tasks -> threshold")
     objective: tuple[str, ...] = ("energy.j_per_token", "size.bytes")
 
     @field_validator("objective")
@@ -200,6 +208,7 @@ class RuntimeConf(Strict):
     ray_num_cpus: Annotated[int, Field(ge=1)] = 2
     ray_address: str = "local"
     prefect_port: int = 4200
+    mlflow_ui_port: int = Field(default=5000, description="`quantgate ui`; a free port is used if busy")
     mlflow_tracking_uri: str | None = Field(
         default=None, description="default: sqlite:///<state_dir>/mlflow.db; env wins"
     )
@@ -228,14 +237,31 @@ class PipelineConfig(Strict):
             raise ValueError(f"variants: duplicate name(s) {dupes}; each `name` must be unique")
         if not names:
             raise ValueError("variants: list at least one variant")
-        from quantgate.conf.hardware import load_profiles  # here: conf.hardware imports this module
-
         known = load_profiles()
         for key, name in (("plan.target", self.plan.target), ("bench.hardware", self.bench.hardware)):
             if name not in known:
                 raise ValueError(f"{key}: unknown hardware profile {name!r}; known (conf/hardware.yaml): "
                                  f"{sorted(known)}")
+        for key in self.gate.per_metric:
+            if why := self._unknown_metric(key):
+                raise ValueError(f"gate.per_metric.{key}: {why}")
         return self
+
+    def _unknown_metric(self, key: str) -> str:
+        """Why `key` names no metric the gate checks ("" when it does): a typo must not fall back
+        silently to gate.recovery."""
+        if key == "ppl":
+            return ""
+        prefix, _, rest = key.partition(".")
+        task, _, metric = rest.partition(".")
+        if prefix != "lmeval" or not task or not metric:
+            return "not a gated metric; use `ppl` or `lmeval.<task>.<metric>`"
+        if task not in self.lmeval.tasks:
+            return f"task {task!r} is not in lmeval.tasks {list(self.lmeval.tasks)}"
+        known = local_tasks().get(task)
+        if known is not None and metric not in known:
+            return f"{task} has no metric {metric!r}; its metrics: {list(known)}"
+        return ""
 
     def select(self, names: list[str]) -> PipelineConfig:
         """The same config with only the named variants (order kept as given)."""

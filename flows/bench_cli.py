@@ -1,14 +1,15 @@
 """`quantgate bench`: the speed/energy benchmark on its own, over the checkpoints a run left.
 
-Finds the baseline and every variant of the config that has a finished checkpoint (the same
-content-addressed folders the flow writes), measures them in one process, writes the JSON and
-logs one MLflow run per model under a `bench` parent run. No Ray or Prefect server: one process
-is the point (ratios measured side by side).
+Measures the baseline and every variant checkpoint of a finished run (read from the run's record:
+the newest run, or `--run <flow run id>`) in one process, writes the JSON and logs one MLflow run
+per model under a `bench` parent run. No Ray or Prefect server: one process is the point (ratios
+measured side by side).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from quantgate.conf.schema import PipelineConfig
 def add_parser(sub: argparse._SubParsersAction) -> None:
     bench = sub.add_parser("bench", help="speed, memory and energy of the baseline and each variant")
     bench.add_argument("--config", type=Path)
+    bench.add_argument("--run", help="flow run id whose checkpoints to measure (default: the newest run)")
     bench.add_argument("--variants", help="comma-separated variant names (default: all quantized)")
     bench.add_argument("--checkpoint", action="append", default=[], metavar="NAME=DIR",
                        help="bench this checkpoint instead of looking one up (repeatable)")
@@ -29,28 +31,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--no-mlflow", action="store_true", help="JSON only")
 
 
-def find_checkpoints(config: PipelineConfig, state: Path) -> tuple[dict[str, str], str]:
-    """({"baseline": dir, variant: dir, ...}, held-out traffic path) for this config's run state."""
-    from quantgate.flows.quantize_and_gate import variant_dir
-    from quantgate.tasks.model.source import resolve_model
-    from quantgate.tasks.traffic.prepare import prepare_traffic
-
-    model = resolve_model(config.model.name, state / "models")
-    traffic = prepare_traffic(config.traffic, state / "traffic")
-    paths = {"baseline": model.path}
-    for spec in config.variants:
-        folder = Path(variant_dir(state, spec, model_digest=model.digest, calib_hash=traffic.calibration_hash,
-                                  max_seq_len=config.calibration.max_seq_len))
-        if (folder / "DONE").is_file():
-            paths[spec.name] = str(folder)
-    return paths, traffic.heldout_path
-
-
 def run_bench_cli(args: argparse.Namespace, config: PipelineConfig, state: Path) -> int:
-    from quantgate.tasks.model.load import set_threads
     from quantgate.tasks.perf.bench import bench_table, run_bench
     from quantgate.tasks.registry.publish import publish_bench
+    from quantgate.tasks.registry.run_record import NoRunRecord, read_run_record
     from quantgate.tasks.registry.tracking import tracking_uri
+    from quantgate.tasks.runtime.threads import set_threads
 
     conf = config.bench
     updates = {}
@@ -65,7 +51,12 @@ def run_bench_cli(args: argparse.Namespace, config: PipelineConfig, state: Path)
         updates |= {"compile": True, "warmup": max(conf.warmup, 1)}
     conf = conf.model_validate({**conf.model_dump(), **updates})
     set_threads(conf.num_cpus)
-    paths, heldout = find_checkpoints(config, state)
+    try:
+        record = read_run_record(state, args.run)
+    except NoRunRecord as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    paths, heldout = {"baseline": record["model"]["path"], **record["checkpoints"]}, record["heldout_path"]
     if args.checkpoint:
         paths |= dict(c.split("=", 1) for c in args.checkpoint)
     if getattr(args, "variants", None):

@@ -19,9 +19,8 @@ from pathlib import Path
 from quantgate.conf.load import ConfigError, load_config
 from quantgate.conf.schema import PipelineConfig
 from quantgate.flows.bench_cli import add_parser as add_bench_parser
-from quantgate.tasks.runtime.servers import configure_process_env
-
-MLFLOW_UI_PORT = 5000
+from quantgate.tasks.runtime.child_process import free_port
+from quantgate.tasks.runtime.servers import configure_process_env, port_free, prefect_server, ray_cluster
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -87,14 +86,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
-    from quantgate.tasks.runtime.servers import prefect_server, ray_cluster
-
     start = time.perf_counter()
     with prefect_server(state, config.runtime.prefect_port, ui=False) as server:
         # Imported only now: prefect reads PREFECT_API_URL once, on import; read earlier, it
         # would start a temporary server of its own instead of using this one.
         from quantgate.flows.quantize_and_gate import quantize_and_gate
-        from quantgate.tasks.gate.report import HEADER, markdown_table
 
         with ray_cluster(address=config.runtime.ray_address, num_cpus=config.runtime.ray_num_cpus,
                          env=env, state_dir=state):
@@ -105,16 +101,18 @@ def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
         return 1
     summary = state_obj.result()
     print()
-    print(markdown_table(summary.table, HEADER))
+    print(summary.table)
     print()
     print(f"gate: {summary.decision}")
     if summary.canary_version:
         print(f"registry: {summary.registered_model} version "
               f"{summary.canary_version} has alias `canary`")
+    if summary.reused:
+        print("MLflow: this run's results were published already: nothing new was recorded")
     print(f"quarantine: {summary.quarantine_path}")
     print(f"MLflow:  {summary.tracking_uri}  experiment {summary.experiment_id}, "
           f"run {summary.parent_run_id}")
-    print(f"         browse: `quantgate ui`, then http://127.0.0.1:{MLFLOW_UI_PORT}/#/experiments/"
+    print(f"         browse: `quantgate ui`, then http://127.0.0.1:{config.runtime.mlflow_ui_port}/#/experiments/"
           f"{summary.experiment_id}/runs/{summary.parent_run_id}")
     print(f"Prefect: flow run {summary.flow_run_id} (server was {server.api_url})")
     print(f"         browse: `quantgate ui`, then http://127.0.0.1:{config.runtime.prefect_port}"
@@ -126,8 +124,6 @@ def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
 def _serve_schedule(config: PipelineConfig, state: Path, env: dict[str, str], *, cron: str,
                     name: str) -> int:
     """Runs until SIGTERM/Ctrl-C; each scheduled run executes here on the local Ray."""
-    from quantgate.tasks.runtime.servers import prefect_server, ray_cluster
-
     with prefect_server(state, config.runtime.prefect_port, ui=True) as server:
         from quantgate.flows.quantize_and_gate import quantize_and_gate
 
@@ -143,16 +139,16 @@ def _serve_schedule(config: PipelineConfig, state: Path, env: dict[str, str], *,
 def _serve_ui(config: PipelineConfig, state: Path) -> int:
     import subprocess
 
-    from quantgate.tasks.registry.tracking import tracking_uri
-    from quantgate.tasks.runtime.servers import prefect_server
+    from quantgate.tasks.registry.tracking import tracking_uri  # imports mlflow: only when it is needed
 
     uri = tracking_uri(config.runtime.mlflow_tracking_uri, state)
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    port = config.runtime.mlflow_ui_port if port_free(config.runtime.mlflow_ui_port) else free_port()
     mlflow = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri,
-                               "--host", "127.0.0.1", "--port", str(MLFLOW_UI_PORT)], env=env)
+                               "--host", "127.0.0.1", "--port", str(port)], env=env)
     try:
         with prefect_server(state, config.runtime.prefect_port, ui=True) as server:
-            print(f"Prefect UI: {server.ui_url}\nMLflow UI:  http://127.0.0.1:{MLFLOW_UI_PORT}"
+            print(f"Prefect UI: {server.ui_url}\nMLflow UI:  http://127.0.0.1:{port}"
                   "\nCtrl-C to stop.", flush=True)
             mlflow.wait()
     except (KeyboardInterrupt, SystemExit):

@@ -1,17 +1,16 @@
-"""The main flow: traffic -> calibration -> variants on Ray -> evaluation -> gate -> MLflow.
+"""The main flow, in the order of the pipeline diagram: model and traffic -> calibration and the
+baseline's evaluation -> plan -> variants quantized on Ray, each evaluated as soon as it is done ->
+judge -> bench -> gate -> report -> MLflow.
 
-Ordering and fan-out only: every step is a task in `quantgate.tasks`. Heavy steps
-(calibration, each variant's quantization, each evaluation) are Ray tasks with resources
-from conf; a failing variant fails alone and is recorded as failed.
+Ordering and fan-out only: every stage is a typed task in `quantgate.tasks`; the heavy ones run as
+Ray tasks with resources from conf, and a variant that fails (bad parameter, crash, dead worker)
+fails alone, recorded with a one-line error.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
+import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from prefect import flow, runtime
@@ -22,42 +21,28 @@ from prefect_ray.context import remote_options
 
 from quantgate.conf.methods import VariantSpec
 from quantgate.conf.schema import PipelineConfig
-from quantgate.flows.performance import (
-    artifact_links,
-    performance_files,
-    performance_section,
-    predicted_for,
-    run_bench_step,
-)
-from quantgate.tasks.calibrate.stats import calibration_code_digest
-from quantgate.tasks.evaluate.lmeval import lmeval_code_digest
-from quantgate.tasks.evaluate.perplexity import eval_code_digest
-from quantgate.tasks.gate.report import comparison_rows, gate_report
-from quantgate.tasks.judge.reliability import judge_vote
-from quantgate.tasks.judge.server import local_judge_server, packaged_judge_gguf
-from quantgate.tasks.perf.plan import plan_lines
-from quantgate.tasks.quantize.run import quantize_code_digest
-from quantgate.tasks.registry.publish import PublishInputs
-from quantgate.tasks.registry.tracking import tracking_uri
-from quantgate.tasks.stages import (
-    calibrate_task,
-    drift_task,
-    evaluate_task,
-    gate_task,
-    judge_task,
-    lmeval_task,
-    plan_task,
-    prepare_traffic_task,
-    publish_task,
-    quantize_task,
-    resolve_model_task,
-    score_variant_task,
-)
+from quantgate.flows.outcomes import outcome
+from quantgate.tasks.calibrate.stages import calibrate_task, drift_task
+from quantgate.tasks.evaluate.stages import evaluate_task, lmeval_task
+from quantgate.tasks.gate.decide import VariantScores
+from quantgate.tasks.gate.stages import gate_task, report_task
+from quantgate.tasks.judge.endpoint import judge_endpoint
+from quantgate.tasks.judge.stages import judge_task
+from quantgate.tasks.model.source import ModelRef
+from quantgate.tasks.model.stages import resolve_model_task
+from quantgate.tasks.perf.bench import BenchReport
+from quantgate.tasks.perf.plan import RunPlan
+from quantgate.tasks.perf.report import artifact_links
+from quantgate.tasks.perf.stages import bench_task, plan_task
+from quantgate.tasks.quantize.stages import quantize_task
+from quantgate.tasks.registry.stages import publish_task
+from quantgate.tasks.traffic.prepare import PreparedTraffic
+from quantgate.tasks.traffic.stages import prepare_traffic_task
 
 
 @dataclass(frozen=True)
 class FlowSummary:
-    table: list[tuple[str, ...]]
+    table: str
     winner: str | None
     decision: str
     registered_model: str
@@ -67,92 +52,103 @@ class FlowSummary:
     canary_version: str | None
     flow_run_id: str
     quarantine_path: str
+    reused: bool
 
 
-def variant_dir(state: Path, spec: VariantSpec, *, model_digest: str, calib_hash: str,
-                max_seq_len: int) -> str:
-    """Content-addressed output folder: same spec, model, calibration and code -> same folder."""
-    key = json.dumps([spec.model_dump(mode="json", exclude={"resources", "control"}),
-                      model_digest, calib_hash, max_seq_len, quantize_code_digest(spec.method)],
-                     sort_keys=True)
-    return str(state / "variants" / f"{spec.name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}")
+@dataclass(frozen=True)
+class Evals:
+    """One model's two evaluations, submitted together."""
+
+    ppl: PrefectFuture[Any]
+    lmeval: PrefectFuture[Any]
 
 
-def _outcome(future: PrefectFuture[Any]) -> tuple[Any, str]:
-    """(result, "") or (None, one-line error) of a finished task. A task that raised comes
-    back as a failed state; a worker that died (OOM kill, segfault) raises from Ray itself."""
+def _evaluate(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
+              traffic: PreparedTraffic) -> Evals:
+    with remote_options(num_cpus=config.eval.num_cpus):
+        ppl = evaluate_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
+                                   traffic=traffic, conf=config.eval)
+    with remote_options(num_cpus=config.lmeval.num_cpus):
+        lm = lmeval_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
+                                traffic=traffic, conf=config.lmeval, dtype=config.eval.dtype)
+    return Evals(ppl, lm)
+
+
+def _quantize(config: PipelineConfig, spec: VariantSpec, model: ModelRef, traffic: PreparedTraffic,
+              state: str) -> PrefectFuture[Any]:
+    r = spec.resources
+    with remote_options(num_cpus=r.num_cpus, num_gpus=r.num_gpus, memory=int(r.memory_gb * 2**30)):
+        return quantize_task.submit(spec=spec, model=model, traffic=traffic,
+                                    max_seq_len=config.calibration.max_seq_len, state_dir=state)
+
+
+def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelRef,
+                            traffic: PreparedTraffic, state: str) -> list[VariantScores]:
+    """Fan out one quantization per variant; each one's evaluations start as soon as it finishes."""
+    futures = {spec.name: _quantize(config, spec, model, traffic, state) for spec in plan.runnable}
+    names = {id(f): n for n, f in futures.items()}
+    quantized, evals, errors = {}, {}, dict(plan.skipped)
+    for fut in as_completed(list(futures.values())):
+        name = names[id(fut)]
+        quantized[name], errors[name] = outcome(fut)
+        if errors[name]:
+            print(f"      {name}: FAILED: {errors[name]}")
+            continue
+        q = quantized[name]
+        reused = q.reused or fut.state.name == "Cached"  # Prefect's cache returns the first run's result
+        print(f"      {name}: quantized in {q.seconds:.1f} s{' (reused)' if reused else ''}")
+        evals[name] = _evaluate(config, name, q.checkpoint, q.checkpoint, traffic)
+    print("[5/7] evaluating (perplexity by slice, lm-eval tasks)")
+    scores = []
+    for spec in config.variants:
+        q, err, ppl, lm = quantized.get(spec.name), errors.get(spec.name, ""), None, None
+        if spec.name in evals:
+            ppl, err = outcome(evals[spec.name].ppl)
+            lm, lm_err = outcome(evals[spec.name].lmeval)
+            err = err or (f"lm-eval: {lm_err}" if lm_err else "")
+        scores.append(VariantScores(spec.name, spec.method, spec.control, ppl, error=err, lmeval=lm,
+                                    quantize_seconds=q.seconds if q else float("nan"),
+                                    checkpoint=q.checkpoint if q and ppl else None))
+    return scores
+
+
+def _judge(config: PipelineConfig, state: str, baseline: VariantScores,
+           variants: list[VariantScores]) -> list[VariantScores]:
+    """Each variant's replay answers against the baseline's; a judge that cannot run is reported and
+    the run goes on (the gate then has no judge result for that variant)."""
+    judged = [v for v in variants if v.lmeval is not None]
+    if not config.judge.enabled or not judged or baseline.lmeval is None:
+        return variants
+    print(f"[5/7] judging {len(judged)} variants (pairwise, both orders, ≤ {config.judge.max_pairs} "
+          "prompts each)")
     try:
-        value = future.result(raise_on_failure=False)
-    except Exception as exc:  # noqa: BLE001 - any way a worker dies is this variant's failure
-        value = exc
-    if not isinstance(value, BaseException):
-        return value, ""
-    text = f"{type(value).__name__}: {value}".strip()
-    return None, text.splitlines()[0]
+        with judge_endpoint(config.judge, state) as endpoint:
+            with remote_options(num_cpus=0):  # they wait on the judge: no CPU of their own
+                futures = {v.name: judge_task.submit(
+                    variant=v.name, baseline_samples=baseline.lmeval.samples_path,
+                    candidate_samples=v.lmeval.samples_path, conf=config.judge, endpoint=endpoint)
+                    for v in judged}
+            results = {name: outcome(f) for name, f in futures.items()}
+    except Exception as exc:  # noqa: BLE001 - no judge is a reported gap, not a crash
+        print(f"      judge not started: {type(exc).__name__}: {exc}")
+        return variants
+    for name, (summary, err) in results.items():
+        print(f"      {name}: judge FAILED: {err}" if err else f"      {name}: {summary.one_line()}")
+    return [dataclasses.replace(v, judge=results[v.name][0]) if v.name in results else v for v in variants]
 
 
-def _gpu_shortfall(spec: VariantSpec) -> str:
-    import ray
-
-    have = ray.cluster_resources().get("GPU", 0) if ray.is_initialized() else 0
-    need = spec.resources.num_gpus
-    return f"resources.num_gpus={need} but the Ray cluster has {have} GPU" if need > have else ""
-
-
-def _eval_artifacts(lm: Any, judged: str | None) -> list[str]:
-    """lm-eval results and samples; the judge's summary and (redacted) transcript."""
-    if lm is None:
-        return []
-    out = Path(lm.samples_path).parent
-    files = [out / "lmeval.json", out / "lmeval_samples.jsonl"]
-    if judged:
-        files += [out / "judge" / "judge_summary.json", out / "judge" / "judge_transcript.jsonl"]
-    return [str(f) for f in files if f.is_file()]
-
-
-def _judge_variants(config: PipelineConfig, state: Path, baseline_samples: str,
-                    candidates: dict[str, str]) -> dict[str, Any]:
-    """Judge every variant's replay answers against the baseline's; a judge that cannot run
-    is reported and the run goes on (the gate then has no judge result for that variant)."""
-    conf = config.judge
-    if not conf.enabled or not candidates:
-        return {}
-    print(f"[5/7] judging {len(candidates)} variants (pairwise, both orders, "
-          f"≤ {conf.max_pairs} prompts each)")
-    with contextlib.ExitStack() as stack:
-        base_url = conf.base_url
-        if base_url is None:
-            try:
-                gguf = packaged_judge_gguf(state / "models")
-                base_url = stack.enter_context(local_judge_server(
-                    gguf, log_path=state / "judge-server.log", threads=conf.threads))
-            except Exception as exc:  # noqa: BLE001 - no judge is a reported gap, not a crash
-                print(f"      judge not started: {type(exc).__name__}: {exc}")
-                return {}
-        futures = {}
-        for name, samples in candidates.items():
-            with remote_options(num_cpus=0):
-                futures[name] = judge_task.submit(
-                    variant=name, baseline_samples=baseline_samples, candidate_samples=samples,
-                    conf=conf, base_url=base_url, out_dir=str(Path(samples).parent / "judge"))
-        judged = {}
-        for name, fut in futures.items():
-            judged[name], err = _outcome(fut)
-            s = judged[name]
-            print(f"      {name}: judge FAILED: {err}" if err else
-                  f"      {name}: win-or-tie {s.win_or_tie:.2f} [{s.ci_low:.2f}, {s.ci_high:.2f}] "
-                  f"over {s.decided} decided of {s.pairs} ({s.identical} identical, "
-                  f"{s.inconsistent} inconsistent, {s.unparseable} unparseable)")
-        return {n: s for n, s in judged.items() if s is not None}
-
-
-def _bench(config: PipelineConfig, state: Path, paths: dict[str, str], heldout: str) -> Any:
+def _bench(config: PipelineConfig, state: str, model: ModelRef, traffic: PreparedTraffic,
+           variants: list[VariantScores]) -> BenchReport | None:
     """Speed and energy of everything that quantized, in one Ray task asking for all its CPUs, so it
     runs after the evaluations, alone. A failed bench is reported; the gate then ranks on bytes."""
     if not config.bench.enabled:
         return None
-    print(f"[6/7] bench: {len(paths)} models, batch sizes {list(config.bench.batch_sizes)}, one process")
-    report, err = _outcome(run_bench_step(config, state, paths, heldout))
+    paths = {"baseline": model.path, **{v.name: v.checkpoint for v in variants if v.checkpoint}}
+    conf = config.bench
+    print(f"[6/7] bench: {len(paths)} models, batch sizes {list(conf.batch_sizes)}, one process")
+    with remote_options(num_cpus=conf.num_cpus, num_gpus=1 if conf.device == "cuda" else 0):
+        future = bench_task.submit(conf=conf, paths=paths, heldout_path=traffic.heldout_path, state_dir=state)
+    report, err = outcome(future)
     if err:
         print(f"      bench FAILED: {err}")
     return report
@@ -160,178 +156,48 @@ def _bench(config: PipelineConfig, state: Path, paths: dict[str, str], heldout: 
 
 @flow(name="quantize_and_gate", task_runner=RayTaskRunner(), log_prints=True)
 def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
-    state = config.runtime.state_dir.resolve()
-    ev = config.eval
-
+    state, flow_run_id = str(config.runtime.state_dir.resolve()), str(runtime.flow_run.id)
     print("[1/7] model: resolving", config.model.name)
-    model = resolve_model_task(name=config.model.name, cache_dir=str(state / "models"))
+    model = resolve_model_task(name=config.model.name, state_dir=state)
     print(f"[2/7] traffic: reading {config.traffic.path}")
-    traffic = prepare_traffic_task(conf=config.traffic, out_root=str(state / "traffic"))
-    print(f"      {traffic.valid} valid, {traffic.quarantined} quarantined -> "
-          f"{traffic.quarantine_path}; PII redacted: {traffic.pii_redacted}")
-
-    # One result file per (held-out set, dtype, eval code) next to what was evaluated.
-    eval_file = f"eval-{Path(traffic.heldout_path).parent.name}-{ev.dtype}-{eval_code_digest()}.json"
-
-    def submit_eval(variant: str, checkpoint: str, out_dir: str) -> PrefectFuture[Any]:
-        out = Path(out_dir) / eval_file
-        with remote_options(num_cpus=ev.num_cpus):
-            return evaluate_task.submit(
-                variant=variant, checkpoint=checkpoint, heldout_path=traffic.heldout_path,
-                out_path=str(out), window=ev.window, batch_size=ev.batch_size, dtype=ev.dtype,
-                num_cpus=ev.num_cpus)
-
-    lm = config.lmeval
-    lm_key = hashlib.sha256(lm.model_dump_json().encode()).hexdigest()[:8]
-    lm_dir = f"lmeval-{Path(traffic.heldout_path).parent.name}-{ev.dtype}-{lmeval_code_digest()}-{lm_key}"
-
-    def submit_lmeval(variant: str, checkpoint: str, out_root: str) -> PrefectFuture[Any]:
-        with remote_options(num_cpus=lm.num_cpus):
-            return lmeval_task.submit(variant=variant, checkpoint=checkpoint,
-                                      out_dir=str(Path(out_root) / lm_dir), conf=lm,
-                                      replay_path=traffic.heldout_path, dtype=ev.dtype)
+    traffic = prepare_traffic_task(conf=config.traffic, state_dir=state)
+    print("      " + traffic.summary_line())
 
     print("[3/7] calibration and baseline evaluation (Ray)")
-    with remote_options(num_cpus=ev.num_cpus):
-        calib_f = calibrate_task.submit(
-            model_path=model.path, calibration_path=traffic.calibration_path,
-            out_dir=str(state / "calibration" / f"{traffic.calibration_hash}-{model.digest[:12]}"
-                        f"-{calibration_code_digest()}"),
-            max_seq_len=config.calibration.max_seq_len, top_k=config.calibration.top_outliers,
-            num_cpus=ev.num_cpus)
-        base_f = submit_eval("baseline", model.path, str(state / "evals" / model.digest[:16]))
-    base_lm_f = submit_lmeval("baseline", model.path, str(state / "evals" / model.digest[:16]))
+    with remote_options(num_cpus=config.eval.num_cpus):
+        calibration = calibrate_task.submit(model=model, traffic=traffic, conf=config.calibration,
+                                            num_cpus=config.eval.num_cpus, state_dir=state)
+    base_evals = _evaluate(config, "baseline", model.path, model.results_dir(state), traffic)
+    plan = plan_task(conf=config.plan, model=model, variants=config.variants)
+    print("\n".join("      " + line for line in plan.lines))
 
-    plans = plan_task(conf=config.plan, model_path=model.path, specs=list(config.variants))
-    controls = {s.name for s in config.variants if s.control}
-    for line in plan_lines(plans, config.plan, controls):
-        print("      " + line)
-    print(f"[4/7] quantizing {len(config.variants)} variants (Ray)")
-    errors: dict[str, str] = {}
-    quant_fs: dict[str, PrefectFuture[Any]] = {}
-    for spec in config.variants:
-        plan = plans[spec.name]
-        if plan.skip and config.plan.skip and not spec.control:
-            errors[spec.name] = f"skipped by the planner: {plan.reason}"
-            continue
-        if shortfall := _gpu_shortfall(spec):
-            errors[spec.name] = f"variants[{spec.name}].{shortfall}"
-            continue
-        with remote_options(num_cpus=spec.resources.num_cpus, num_gpus=spec.resources.num_gpus,
-                            memory=int(spec.resources.memory_gb * 2**30)):
-            quant_fs[spec.name] = quantize_task.submit(
-                spec=spec, model_path=model.path, calibration_path=traffic.calibration_path,
-                out_dir=variant_dir(state, spec, model_digest=model.digest,
-                                    calib_hash=traffic.calibration_hash,
-                                    max_seq_len=config.calibration.max_seq_len),
-                max_seq_len=config.calibration.max_seq_len)
-
-    names = {id(f): n for n, f in quant_fs.items()}
-    eval_fs: dict[str, PrefectFuture[Any]] = {}
-    lmeval_fs: dict[str, PrefectFuture[Any]] = {}
-    for fut in as_completed(list(quant_fs.values())):
-        name = names[id(fut)]
-        q, err = _outcome(fut)
-        if err:
-            errors[name] = err
-            print(f"      {name}: FAILED: {err}")
-            continue
-        reused = q.reused or fut.state.name == "Cached"
-        print(f"      {name}: quantized in {q.seconds:.1f} s{' (reused)' if reused else ''}")
-        eval_fs[name] = submit_eval(name, q.checkpoint, q.checkpoint)
-        lmeval_fs[name] = submit_lmeval(name, q.checkpoint, q.checkpoint)
-
-    print("[5/7] evaluating (perplexity by slice, lm-eval tasks)")
-    baseline_eval = base_f.result()
-    baseline_lm = base_lm_f.result()
-    for task, why in baseline_lm.skipped.items():
-        print(f"      lm-eval {task}: skipped, {why}")
-    lm_results: dict[str, Any] = {}
-    for name, fut in lmeval_fs.items():
-        lm_results[name], err = _outcome(fut)
-        if err:
-            errors[name] = f"lm-eval: {err}"
-    judges = _judge_variants(config, state, baseline_lm.samples_path,
-                             {n: r.samples_path for n, r in lm_results.items() if r is not None})
-    calib = calib_f.result()
-    bench = _bench(config, state, {"baseline": model.path, **{
-        n: quant_fs[n].result().checkpoint for n in eval_fs if n not in errors}}, traffic.heldout_path)
-    drift = drift_task(stats_path=calib.stats_path, pointer_file=str(state / "calibration" / "LATEST"))
-    scores, checkpoints = [], {}
-    for spec in config.variants:
-        result, quantized = None, None
-        if spec.name in eval_fs:
-            result, err = _outcome(eval_fs[spec.name])
-            if err:
-                errors[spec.name] = err
-            else:
-                quantized = quant_fs[spec.name].result()
-                checkpoints[spec.name] = quantized.checkpoint
-        scores.append(score_variant_task(
-            name=spec.name, method=spec.method, control=spec.control,
-            checkpoint=quantized.checkpoint if quantized else None, eval_result=result,
-            quantize_seconds=quantized.seconds if quantized else float("nan"),
-            error=errors.get(spec.name, ""), lmeval=lm_results.get(spec.name),
-            judge=judges.get(spec.name), perf=bench.metrics(spec.name) if bench else None))
-    baseline = score_variant_task(name="baseline", method="baseline", control=True,
-                                  checkpoint=model.path, eval_result=baseline_eval,
-                                  quantize_seconds=0.0, lmeval=baseline_lm,
-                                  perf=bench.metrics("baseline") if bench else None)
+    print(f"[4/7] quantizing {len(plan.runnable)} variants (Ray)")
+    variants = _quantize_then_evaluate(config, plan, model, traffic, state)
+    baseline = VariantScores("baseline", "baseline", True, base_evals.ppl.result(),
+                             lmeval=base_evals.lmeval.result(), quantize_seconds=0.0, checkpoint=model.path)
+    for task_name, why in baseline.lmeval.skipped.items():
+        print(f"      lm-eval {task_name}: skipped, {why}")
+    variants = _judge(config, state, baseline, variants)
+    bench = _bench(config, state, model, traffic, variants)
+    drift = drift_task(calibration=calibration.result(), state_dir=state)
 
     print("[7/7] gate and MLflow")
-    vote = judge_vote(config.judge) if config.judge.enabled else None
-    if vote is not None:
-        print(f"      {vote.note}")
-    decision = gate_task(baseline=baseline_eval, variants=scores, gate=config.gate,
-                         min_slice_tokens=ev.min_slice_tokens, baseline_lmeval=baseline_lm,
-                         min_slice_items=lm.min_slice_items, judge_vote=vote)
-    rows = comparison_rows(baseline_eval, baseline_bytes=baseline.size_bytes,
-                           baseline_bpw=baseline.bits_per_weight, variants=scores,
-                           decision=decision, baseline_perf=baseline.perf)
-    report = gate_report(model=model.name, rows=rows, decision=decision, gate=config.gate,
-                         heldout_requests=traffic.heldout,
-                         heldout_tokens=baseline_eval.tokens, min_slice_tokens=ev.min_slice_tokens,
-                         baseline_lmeval=baseline_lm, variants=scores, judge_vote=vote)
-    flow_run_id = str(runtime.flow_run.id)
-    run_dir = state / "runs" / flow_run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    predicted = predicted_for(config, model.path, bench, scores)
-    perf_files = performance_files(config, run_dir, plans, bench, scores, decision, predicted)
-    report += "\n" + performance_section(config, plans, bench, predicted)
-    config_file = run_dir / "pipeline_config.json"
-    config_file.write_text(config.model_dump_json(indent=1))
-    uri = tracking_uri(config.runtime.mlflow_tracking_uri, state)
-    parent_metrics = {"traffic.valid": traffic.valid, "traffic.quarantined": traffic.quarantined,
-                      "calibration.tokens": calib.tokens, "baseline.ppl": baseline_eval.ppl,
-                      **{f"traffic.pii_redacted.{k}": v for k, v in traffic.pii_redacted.items()}}
-    if drift is not None:
-        parent_metrics["calibration.drift"] = drift
-    record = publish_task(
-        PublishInputs(
-            tracking_uri=uri, experiment=config.runtime.experiment or model.name,
-            artifact_root=state / "mlartifacts", model_name=model.name,
-            registered_model=config.model.served_name or model.name,
-            model_digest=model.digest, calibration_hash=traffic.calibration_hash,
-            params={"model": config.model.name, "traffic.path": str(config.traffic.path),
-                    "traffic.seed": str(config.traffic.seed),
-                    "traffic.calibration_size": str(traffic.calibration),
-                    "traffic.heldout_size": str(traffic.heldout),
-                    "gate.recovery": str(config.gate.recovery), "eval.dtype": ev.dtype,
-                    "variants": ",".join(v.name for v in config.variants)},
-            parent_metrics={k: float(v) for k, v in parent_metrics.items()},
-            parent_artifacts=[str(config_file), traffic.quarantine_path, traffic.summary_path,
-                              calib.summary_path, *perf_files.values()],
-            flow_run_id=flow_run_id,
-            child_tags={"energy_method": bench.energy_method, "bench.batch": str(bench.gate_batch)}
-            if bench else {"energy_method": "not measured"}),
-        baseline=baseline, variants=scores, decision=decision, gate_report=report,
-        checkpoints=checkpoints,
-        variant_artifacts={"baseline": _eval_artifacts(baseline_lm, None),
-                           **{n: [str(Path(c) / "quantgate_variant.json"),
-                                  *_eval_artifacts(lm_results.get(n), judges.get(n) and c)]
-                              for n, c in checkpoints.items()}})
-    links = artifact_links(uri, record.experiment_id, record.parent_run_id, perf_files)
-    create_markdown_artifact(key="gate-report", markdown=report + links, description="offline gate")
-    return FlowSummary(rows, decision.winner, decision.reason, model.name, uri, record.experiment_id,
-                       record.parent_run_id, record.canary_version, flow_run_id,
-                       traffic.quarantine_path)
+    gate = gate_task(baseline=baseline, variants=variants, bench=bench, gate=config.gate, judge=config.judge,
+                     min_slice_tokens=config.eval.min_slice_tokens,
+                     min_slice_items=config.lmeval.min_slice_items)
+    if gate.vote is not None:
+        print(f"      {gate.vote.note}")
+    report = report_task(model_name=model.name, model_path=model.path, outcome=gate, plan=plan, bench=bench,
+                         specs=config.variants, gate=config.gate, bench_hardware=config.bench.hardware,
+                         heldout_requests=traffic.heldout, min_slice_tokens=config.eval.min_slice_tokens,
+                         state_dir=state, flow_run_id=flow_run_id,
+                         config_json=config.model_dump_json(indent=1))
+    record = publish_task(config=config, model=model, traffic=traffic, calibration=calibration.result(),
+                          drift=drift, outcome=gate, report=report, bench=bench, flow_run_id=flow_run_id)
+    links = artifact_links(record.tracking_uri, record.experiment_id, record.parent_run_id, report.files,
+                           mlflow_ui_port=config.runtime.mlflow_ui_port)
+    create_markdown_artifact(key="gate-report", markdown=report.markdown + links, description="offline gate")
+    return FlowSummary(report.table_text(), gate.decision.winner, gate.decision.reason,
+                       config.model.served_name or model.name, record.tracking_uri, record.experiment_id,
+                       record.parent_run_id, record.canary_version, flow_run_id, traffic.quarantine_path,
+                       record.reused)

@@ -35,35 +35,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from quantgate.kernels.quip_ops import Impl, compiled_or_none, resolve_impl
+from quantgate.kernels.codebook_shapes import GROUP, validate_aqlm
+from quantgate.kernels.decode_dispatch import Impl, compiled_or_none, resolve_impl
 
-GROUP = 8  # inputs per code (in_group_size); out_group_size is 1
-MAX_CODEBOOK_SIZE = 256  # int8 codes address at most 256 vectors
 SMALL_BATCH = 1  # LUT GEMV for one token; from 2 tokens compiled decode+matmul is faster (measured)
 CHUNK_WEIGHTS = 1 << 22  # decode at most ~4 Mi weights (16 MiB fp32) at once for many tokens
-
-
-def validate_aqlm(
-    x: torch.Tensor, codes: torch.Tensor, codebooks: torch.Tensor, scales: torch.Tensor,
-    bias: torch.Tensor | None,
-) -> None:
-    """Raise ValueError naming the input whose dtype, shape or code range is wrong."""
-    if codes.dtype != torch.int8 or codes.dim() != 3:
-        raise ValueError(f"codes must be int8 [m, n/8, M], got {codes.dtype} {tuple(codes.shape)}")
-    m, groups, num_codebooks = codes.shape
-    if (codebooks.dim() != 4 or codebooks.shape[0] != num_codebooks or tuple(codebooks.shape[2:]) != (1, 8)
-            or not 0 < codebooks.shape[1] <= MAX_CODEBOOK_SIZE):
-        raise ValueError(f"codebooks must be [M={num_codebooks}, K≤256, 1, 8], got {tuple(codebooks.shape)}")
-    if scales.numel() != m:
-        raise ValueError(f"scales must hold one value per output row ({m}), got {tuple(scales.shape)}")
-    if bias is not None and tuple(bias.shape) != (m,):
-        raise ValueError(f"bias must be [{m}], got {tuple(bias.shape)}")
-    if x.shape[-1] != GROUP * groups:
-        raise ValueError(f"x has {x.shape[-1]} inputs but codes cover {GROUP * groups}")
-    # A code ≥ K would read the next codebook's vectors silently; 2x8 (K = 256) cannot overflow.
-    size = codebooks.shape[1]
-    if size < MAX_CODEBOOK_SIZE and codes.numel() and int((codes.to(torch.int32) & 0xFF).max()) >= size:
-        raise ValueError(f"codes address vectors ≥ the codebook size {size}")
 
 
 def aqlm_decode_weight(codes: torch.Tensor, codebooks: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

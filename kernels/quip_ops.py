@@ -24,85 +24,30 @@ rows from a 2 MiB table (no lattice structure to exploit) sets the cost. Eager d
 batch 1 is 7-10x. Two threads: 1.6-2.1x at batch 1 when the other core is free; when a
 co-tenant holds it, every OpenMP region (compiled kernels, and dense at batch 8) stalls 4-16 ms.
 
-The helpers `resolve_impl` and `compiled_or_none` are shared with `aqlm_ops.py`.
+Path choice and the compile fallback live in `decode_dispatch.py`, input checks in `codebook_shapes.py`.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-import warnings
-from collections.abc import Callable
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
 
-Impl = Literal["reference", "fast", "triton"]
-IMPLS: tuple[str, ...] = ("reference", "fast", "triton")
-KERNELS_ENV = "QUANTGATE_KERNELS"  # reference | fast | triton: force a path for every call
-COMPILE_ENV = "QUANTGATE_COMPILE"  # "0": never torch.compile (the fast path runs eager)
+from quantgate.kernels.codebook_shapes import GROUP, validate_e8p
+from quantgate.kernels.decode_dispatch import (  # noqa: F401 - COMPILE_ENV, KERNELS_ENV: the overrides
+    COMPILE_ENV,
+    KERNELS_ENV,
+    Impl,
+    compiled_or_none,
+    resolve_impl,
+)
 
-GROUP = 8  # inputs per codebook vector
-CODEBOOK_SIZE = 1 << 16
 SMALL_BATCH = 2  # up to this many tokens the fused gather-dot beats decode+matmul (measured)
 CHUNK_WEIGHTS = 1 << 22  # decode at most ~4 Mi weights (16 MiB fp32) at once for many tokens
 
 
-# ---- shared by quip_ops and aqlm_ops ---------------------------------------------------------
-
-
-def resolve_impl(impl: str | None, x: torch.Tensor) -> str:
-    """The keyword wins, then $QUANTGATE_KERNELS, then the device: CUDA -> triton, else fast."""
-    choice = impl or os.environ.get(KERNELS_ENV) or ("triton" if x.is_cuda else "fast")
-    if choice not in IMPLS:
-        source = "keyword `impl`" if impl else f"${KERNELS_ENV}"
-        raise ValueError(f"{source}={choice!r}: expected one of {', '.join(IMPLS)}")
-    return choice
-
-
-class _Compiled:
-    """`fn` under torch.compile; after one failure (no C++ toolchain, an inductor bug) eager for good."""
-
-    def __init__(self, fn: Callable[..., torch.Tensor]) -> None:
-        self.fn = fn
-        self.compiled: Callable[..., torch.Tensor] | None = None
-        self.failed = False
-
-    def __call__(self, *args: torch.Tensor | int) -> torch.Tensor | None:
-        if self.failed or os.environ.get(COMPILE_ENV, "1") == "0":
-            return None
-        if torch.compiler.is_compiling():  # inside a caller's torch.compile: let it trace fn
-            return self.fn(*args)
-        try:
-            if self.compiled is None:
-                # Default dynamic=None: the first shape is specialized, the second marks the dims
-                # that changed (m, groups) dynamic, so a model's few layer shapes cost ~2 compiles.
-                self.compiled = torch.compile(self.fn)
-            return self.compiled(*args)
-        except Exception as err:  # any compile failure means: use the eager path
-            self.failed = True
-            warnings.warn(f"torch.compile of {self.fn.__name__} failed, using eager: {err}", stacklevel=3)
-            return None
-
-
-def compiled_or_none(fn: Callable[..., torch.Tensor]) -> _Compiled:
-    """Wrap fn; calling the wrapper returns None when the caller should take its eager path."""
-    return _Compiled(fn)
-
-
 # ---- E8P ----------------------------------------------------------------------------------------
-
-
-def validate_e8p(x: torch.Tensor, qidx: torch.Tensor, codebook: torch.Tensor) -> None:
-    """Raise ValueError naming the input whose dtype or shape is wrong."""
-    if qidx.dtype != torch.int16 or qidx.dim() != 2:
-        raise ValueError(f"qidx must be int16 [m, n/8], got {qidx.dtype} {tuple(qidx.shape)}")
-    if tuple(codebook.shape) != (CODEBOOK_SIZE, GROUP) or not codebook.is_floating_point():
-        raise ValueError(f"codebook must be a float [65536, 8] table, got {codebook.dtype} "
-                         f"{tuple(codebook.shape)}")
-    if x.shape[-1] != GROUP * qidx.shape[1]:
-        raise ValueError(f"x has {x.shape[-1]} inputs but qidx covers {GROUP * qidx.shape[1]}")
 
 
 def _unsigned(qidx: torch.Tensor) -> torch.Tensor:

@@ -34,8 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from quantgate.kernels.aqlm_ops import validate_aqlm
-from quantgate.kernels.quip_ops import validate_e8p
+from quantgate.kernels.codebook_shapes import validate_aqlm, validate_e8p
 
 GEMV_MAX_TOKENS = 4  # up to this many tokens: broadcast-multiply-sum instead of tl.dot
 BLOCK_M = 64

@@ -6,7 +6,7 @@ would record: one JSON object per line with id, ts, tenant, request (chat `messa
 or, for ~3 % of lines, completions `prompt`), response, usage, latency_ms and labels.
 
 Everything is SYNTHETIC. Prompts and responses are assembled by this script from the
-template banks in scripts/demo_traffic_templates.py and from facts it computes itself
+template banks in scripts/demo_traffic_templates.json and from facts it computes itself
 (correct arithmetic for math, real Python functions whose example outputs are obtained
 by running them, valid JSON for extraction / tool calls). No response was produced by
 a model, so the "responses" are reference-quality, not a model's actual behaviour.
@@ -15,6 +15,25 @@ Deliberate defects, for exercising the loader and the redactor:
   * ~15 % of lines have no `labels`, ~5 % have only one of domain / lang;
   * ~8 % of requests carry planted PII (email, phone, card, API key, IPv4);
   * exactly 12 malformed lines at fixed positions (see MALFORMED below).
+
+Template banks (scripts/demo_traffic_templates.json, loaded as the namespace `T`; the
+banks are plain data, keyed by language "en"/"es"/"fr" where the text differs):
+  * strings are `str.format` templates filled from computed facts (`{{`/`}}` = literal
+    braces); in the PII banks (PII_USER, API_KEY_USER, PII_ECHO) `{v}` is the planted
+    value; in PHONE_FORMATS each '#' becomes a random digit;
+  * fr CITIES start with a consonant so "de {city}" stays correct; PRODUCTS are all
+    masculine / consonant-initial so articles and possessives need no agreement;
+  * ITEMS and PRICED rows are [en, es, fr], indexed by LANG_INDEX; HABITS rows are
+    [habit, habit_do, outcome, outcome_verb];
+  * a MATH answer ("a") ends with "... . The answer is N."; the MATH_OUTRO sentence is
+    inserted just before that final sentence;
+  * CODE_TASKS "code" is executed and its "examples" evaluated, so shown outputs are real;
+  * TOOL_REQUESTS entries are [template, argument keys it fixes]; SUPPORT scenarios have
+    "ask" variants and "answer" as a list of slots, one sentence picked per slot;
+    FOLLOWUPS entries are [user question, assistant answer];
+  * the top-level "_comment" entry is documentation only.
+Changing any bank changes the output: regenerate conf/traffic/demo.jsonl afterwards
+(tests/scripts/test_demo_traffic.py checks the committed file is reproduced exactly).
 
 Deterministic: the same --seed/--n always gives byte-identical output (stdlib only).
 Usage: python3 scripts/make_demo_traffic.py [--seed 7] [--n 1600] [--out PATH]
@@ -26,14 +45,14 @@ import argparse
 import json
 import random
 import string
-import sys
 import unicodedata
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import demo_traffic_templates as T  # noqa: E402
+TEMPLATES = Path(__file__).resolve().with_name("demo_traffic_templates.json")
+T = SimpleNamespace(**json.loads(TEMPLATES.read_text(encoding="utf-8")))
 
 MODEL = "smollm2-135m-instruct"
 START = datetime(2026, 11, 27, tzinfo=UTC)

@@ -37,6 +37,12 @@ def calibration_code_digest() -> str:
     return source_digest(sys.modules[__name__], activation_stats, text, packages=("torch",))
 
 
+def calibration_dir(state_dir: str | Path, *, calibration_hash: str, model_digest: str) -> str:
+    """Content-addressed: same calibration set, model and code -> same folder."""
+    name = f"{calibration_hash}-{model_digest[:12]}-{calibration_code_digest()}"
+    return str(Path(state_dir) / "calibration" / name)
+
+
 @torch.no_grad()
 def collect_activation_stats(
     model: torch.nn.Module, sequences: list[list[int]]

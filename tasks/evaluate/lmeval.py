@@ -10,6 +10,7 @@ computed per traffic slice and the judge can compare answers.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sys
@@ -168,6 +169,12 @@ def read_lmeval(path: str) -> LmEvalResult:
     raw = json.loads(Path(path).read_text())
     raw["slices"] = {m: {s: tuple(v) for s, v in per.items()} for m, per in raw["slices"].items()}
     return LmEvalResult(**raw)
+
+
+def lmeval_dir_name(heldout_path: str, dtype: str, conf_json: str) -> str:
+    """One results folder per (held-out set, dtype, eval code, lm-eval settings)."""
+    key = hashlib.sha256(conf_json.encode()).hexdigest()[:8]
+    return f"lmeval-{Path(heldout_path).parent.name}-{dtype}-{lmeval_code_digest()}-{key}"
 
 
 def lmeval_code_digest() -> str:

@@ -132,6 +132,11 @@ def evaluate_checkpoint(
     return result
 
 
+def eval_file_name(heldout_path: str, dtype: str) -> str:
+    """One result file per (held-out set, dtype, eval code), next to what was evaluated."""
+    return f"eval-{Path(heldout_path).parent.name}-{dtype}-{eval_code_digest()}.json"
+
+
 def eval_code_digest() -> str:
     from quantgate.tasks.model import load as modeling
     from quantgate.tasks.traffic import tokens as text

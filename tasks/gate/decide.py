@@ -19,6 +19,7 @@ from quantgate.conf.schema import OBJECTIVES, GateConf
 from quantgate.tasks.evaluate.lmeval import LmEvalResult
 from quantgate.tasks.evaluate.perplexity import EvalResult
 from quantgate.tasks.judge.pairwise import JudgeSummary
+from quantgate.tasks.judge.reliability import JudgeVote
 
 
 @dataclass(frozen=True)
@@ -36,19 +37,7 @@ class VariantScores:
     # Measured by the bench at bench.gate_batch: "perf.decode_tok_s", "perf.tpot_ms",
     # "perf.ttft_ms", "energy.j_per_token", ... (empty when the bench did not run).
     perf: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class JudgeVote:
-    """Whether the judge may block a variant, from its measured reliability."""
-
-    counts: bool
-    margin: float
-    note: str
-    # In the run itself: fewer decided pairs or a lower swap consistency than this makes the
-    # variant's judge result inconclusive (reported, not blocking).
-    min_decided: int = 10
-    min_consistency: float = 0.5
+    checkpoint: str | None = None  # the evaluated checkpoint folder (None: nothing to register)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from quantgate.conf.schema import GateConf
 from quantgate.tasks.evaluate.lmeval import LmEvalResult
 from quantgate.tasks.evaluate.perplexity import EvalResult
-from quantgate.tasks.gate.decide import GateDecision, JudgeVote, VariantScores
+from quantgate.tasks.gate.decide import GateDecision, VariantScores
+from quantgate.tasks.judge.reliability import JudgeVote
 
 HEADER = ("variant", "PPL", "recovery", "worst slice (PPL, recovery)", "tasks: worst recovery",
           "tasks: worst slice", "judge win-or-tie [95% CI]", "size MB", "bits/w", "decode × baseline",

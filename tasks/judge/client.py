@@ -8,12 +8,13 @@ the environment variable named in conf and is never logged or written anywhere.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
+
+from quantgate.conf.settings import secret_from_env
 
 
 @dataclass(frozen=True)
@@ -25,18 +26,25 @@ class JudgeCall:
     seconds: float = 0.0
 
 
+class Chat(Protocol):
+    """What the judge needs of an endpoint: `ChatEndpoint` (HTTP) or an actor proxy."""
+
+    def chat(self, messages: list[dict[str, str]], *, max_tokens: int = ..., schema: dict | None = ...,
+             logprobs: bool = ...) -> JudgeCall: ...
+
+
 @dataclass(frozen=True)
 class ChatEndpoint:
     base_url: str  # ".../v1"
     model: str
-    api_key_env: str = "QG_JUDGE_API_KEY"
-    timeout_s: float = 60.0
-    retries: int = 3
+    api_key_env: str | None  # these three from JudgeConf (None: no key): no second default here
+    timeout_s: float
+    retries: int
     backoff_s: float = 1.0
 
     def _headers(self) -> dict[str, str]:
-        key = os.environ.get(self.api_key_env, "")
-        return {"Authorization": f"Bearer {key}"} if key else {}
+        key = secret_from_env(self.api_key_env) if self.api_key_env else None
+        return {"Authorization": f"Bearer {key.get_secret_value()}"} if key else {}
 
     def chat(self, messages: list[dict[str, str]], *, max_tokens: int = 16,
              schema: dict | None = None, logprobs: bool = True) -> JudgeCall:

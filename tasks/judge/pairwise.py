@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from quantgate.tasks.judge.client import ChatEndpoint
+from quantgate.tasks.judge.client import Chat
 from quantgate.tasks.judge.prompt import (
     OWN_ANSWER_CHARS,
     SCHEMA,
@@ -73,6 +73,11 @@ class JudgeSummary:
     ci_high: float
     mode: str
 
+    def one_line(self) -> str:
+        return (f"win-or-tie {self.win_or_tie:.2f} [{self.ci_low:.2f}, {self.ci_high:.2f}] over "
+                f"{self.decided} decided of {self.pairs} ({self.identical} identical, "
+                f"{self.inconsistent} inconsistent, {self.unparseable} unparseable)")
+
 
 def _to_candidate(verdict: str | None, order: str) -> Outcome | None:
     if verdict is None:
@@ -82,7 +87,7 @@ def _to_candidate(verdict: str | None, order: str) -> Outcome | None:
     return "win" if verdict == _CANDIDATE_AS[order] else "loss"
 
 
-def judge_pair(endpoint: ChatEndpoint, pair: Pair, *, mode: str, tie_band: float,
+def judge_pair(endpoint: Chat, pair: Pair, *, mode: str, tie_band: float,
                transcript: list[dict] | None = None) -> PairJudgment:
     if " ".join(pair.candidate.split()) == " ".join(pair.baseline.split()):
         return PairJudgment(pair.id, "tie", ("tie", "tie"), 0.0, identical=True)
@@ -141,7 +146,7 @@ def summarize(judgments: list[PairJudgment], mode: str) -> JudgeSummary:
         win_or_tie=sum(wot) / len(wot) if wot else float("nan"), ci_low=lo, ci_high=hi, mode=mode)
 
 
-def judge_pairs(endpoint: ChatEndpoint, pairs: list[Pair], *, mode: str, tie_band: float,
+def judge_pairs(endpoint: Chat, pairs: list[Pair], *, mode: str, tie_band: float,
                 transcript_path: Path | None = None) -> tuple[JudgeSummary, list[PairJudgment]]:
     transcript: list[dict] = []
     judgments = [judge_pair(endpoint, p, mode=mode, tie_band=tie_band, transcript=transcript)

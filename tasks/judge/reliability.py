@@ -18,8 +18,7 @@ from pathlib import Path
 
 from quantgate.conf.evals import RELIABILITY_FILE, TASKS_DIR
 from quantgate.conf.schema import JudgeConf
-from quantgate.tasks.gate.decide import JudgeVote
-from quantgate.tasks.judge.client import ChatEndpoint
+from quantgate.tasks.judge.client import Chat
 from quantgate.tasks.judge.pairwise import Pair, judge_pairs
 
 INJECTIONS = [
@@ -43,6 +42,19 @@ class Reliability:
     injection_wrong_rate: float  # ... and decided for the planted (wrong) answer
     seconds_per_judgment: float
     mode: str
+
+
+@dataclass(frozen=True)
+class JudgeVote:
+    """Whether the judge may block a variant, from its measured reliability."""
+
+    counts: bool
+    margin: float
+    note: str
+    # In the run itself: fewer decided pairs or a lower swap consistency than this makes the
+    # variant's judge result inconclusive (reported, not blocking). From JudgeConf.
+    min_decided: int
+    min_consistency: float
 
 
 def _rows(task: str) -> list[dict]:
@@ -84,7 +96,7 @@ def injected(pairs: list[Pair], seed: int = 1) -> list[Pair]:
     return out
 
 
-def measure_reliability(endpoint: ChatEndpoint, *, mode: str, tie_band: float, pairs: int = 120,
+def measure_reliability(endpoint: Chat, *, mode: str, tie_band: float, pairs: int = 120,
                         injection_pairs: int = 40, out_dir: Path | None = None) -> Reliability:
     labelled = labelled_pairs(pairs)
     start = time.perf_counter()
@@ -126,24 +138,37 @@ def judge_code_digest() -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
 
 
+def judge_identity(conf: JudgeConf) -> str:
+    """What a verdict depends on besides its pair: the judge model (the packaged GGUF's digest, or the
+    external endpoint's model name and URL) and the prompt, schema and token budget."""
+    from quantgate.tasks.judge.server import JUDGE_SHA256
+
+    model = f"local:{JUDGE_SHA256}" if conf.base_url is None else f"{conf.base_url}#{conf.model}"
+    return f"{model}|{judge_code_digest()}"
+
+
 def judge_vote(conf: JudgeConf) -> JudgeVote:
     """May the judge block a variant? Only with a recorded reliability for this very judge
     (model digest and prompt) that reaches the thresholds in conf."""
+
+    def vote(counts: bool, note: str) -> JudgeVote:
+        return JudgeVote(counts, conf.margin, note, min_decided=conf.min_decided,
+                         min_consistency=conf.min_consistency)
+
     if conf.base_url is not None:
-        return JudgeVote(False, conf.margin, "external judge: reliability not measured here, "
+        return vote(False, "external judge: reliability not measured here, "
                          "advisory (run bench/judge_reliability.py against it)")
     if not RELIABILITY_FILE.is_file():
-        return JudgeVote(False, conf.margin, "judge reliability not measured: advisory")
+        return vote(False, "judge reliability not measured: advisory")
     rec = json.loads(RELIABILITY_FILE.read_text())
     from quantgate.tasks.judge.server import JUDGE_SHA256
 
     if rec.get("judge_sha256") != JUDGE_SHA256 or rec.get("judge_code") != judge_code_digest():
-        return JudgeVote(False, conf.margin, "judge reliability was measured for another judge "
+        return vote(False, "judge reliability was measured for another judge "
                          "model or prompt: advisory")
     measured = (f"on {rec['pairs']} labelled pairs it decided {rec['swap_consistency']:.0%} "
                 f"(both orders agreeing) and {rec['decided_agreement']:.0%} of those rightly")
     if rec["decided_agreement"] < conf.min_agreement or rec["swap_consistency"] < conf.min_consistency:
-        return JudgeVote(False, conf.margin, f"judge advisory: {measured}; needs "
+        return vote(False, f"judge advisory: {measured}; needs "
                          f"{conf.min_agreement:.0%} right and {conf.min_consistency:.0%} decided")
-    return JudgeVote(True, conf.margin, f"judge counts: {measured}", min_decided=conf.min_decided,
-                     min_consistency=conf.min_consistency)
+    return vote(True, f"judge counts: {measured}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from quantgate.conf.schema import JudgeConf
 from quantgate.tasks.evaluate.lmeval import spread
-from quantgate.tasks.judge.client import ChatEndpoint
+from quantgate.tasks.judge.client import Chat
 from quantgate.tasks.judge.pairwise import JudgeSummary, Pair, judge_pairs
 
 REPLAY_TASK = "qg_replay"
@@ -32,19 +32,14 @@ def replay_pairs(baseline_samples: str, candidate_samples: str, max_pairs: int) 
     return [Pair(i, base[i][0], cand[i][1], base[i][1]) for i in ids]
 
 
-def endpoint_for(conf: JudgeConf, base_url: str) -> ChatEndpoint:
-    return ChatEndpoint(base_url, conf.model, api_key_env=conf.api_key_env,
-                        timeout_s=conf.timeout_s, retries=conf.retries)
-
-
-def judge_replay(*, baseline_samples: str, candidate_samples: str, conf: JudgeConf, base_url: str,
+def judge_replay(*, baseline_samples: str, candidate_samples: str, conf: JudgeConf, judge: Chat,
                  out_dir: str) -> JudgeSummary:
     out = Path(out_dir)
     pairs = replay_pairs(baseline_samples, candidate_samples, conf.max_pairs)
     if not pairs:
         raise ValueError(f"no replay answers to judge in {candidate_samples} (is {REPLAY_TASK} "
                          "in lmeval.tasks?)")
-    summary, _ = judge_pairs(endpoint_for(conf, base_url), pairs, mode=conf.mode,
+    summary, _ = judge_pairs(judge, pairs, mode=conf.mode,
                              tie_band=conf.tie_band, transcript_path=out / "judge_transcript.jsonl")
     (out / "judge_summary.json").write_text(json.dumps(asdict(summary), indent=1))
     return summary

@@ -17,7 +17,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -59,36 +61,62 @@ def packaged_judge_gguf(cache_dir: Path) -> Path:
     return out
 
 
-@contextlib.contextmanager
-def local_judge_server(gguf: Path, *, log_path: Path, threads: int, n_ctx: int = 4096,
-                       alias: str = "judge", start_timeout_s: float = 120) -> Iterator[str]:
-    """Serve `gguf` on a free loopback port; yields the base URL (".../v1")."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", alias,
-           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
-           "--n_threads", str(threads), "--n_threads_batch", str(threads), "--logits_all", "true",
-           "--cache", "false"]  # prompt caching changes temperature-0 output (STACK.md)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log = log_path.open("ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
-                            preexec_fn=own_session_tied_to_parent)
-    base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + start_timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise JudgeServerError(f"judge server exited ({proc.returncode}); see {log_path}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/models", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise JudgeServerError(f"judge server not up after {start_timeout_s:.0f} s; see {log_path}")
-            time.sleep(0.5)
-        yield base
-    finally:
-        proc.terminate()
+@dataclass
+class JudgeProcess:
+    """llama.cpp's OpenAI-compatible server on a free loopback port, in its own session and tied to
+    this process: if this process dies, the kernel stops the server too (PDEATHSIG)."""
+
+    process: subprocess.Popen[bytes]
+    base_url: str  # ".../v1"
+    log: IO[bytes]
+
+    @classmethod
+    def start(cls, gguf: Path, *, log_path: Path, threads: int, n_ctx: int = 4096, alias: str = "judge",
+              start_timeout_s: float = 120) -> JudgeProcess:
+        port = free_port()
+        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", alias,
+               "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
+               "--n_threads", str(threads), "--n_threads_batch", str(threads), "--logits_all", "true",
+               "--cache", "false"]  # prompt caching changes temperature-0 output (STACK.md)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = log_path.open("ab")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
+                                preexec_fn=own_session_tied_to_parent)
+        judge = cls(proc, f"http://127.0.0.1:{port}/v1", log)
         try:
-            proc.wait(timeout=20)
+            judge._wait_ready(start_timeout_s, log_path)
+        except BaseException:
+            judge.stop()
+            raise
+        return judge
+
+    def _wait_ready(self, timeout_s: float, log_path: Path) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise JudgeServerError(f"judge server exited ({self.process.returncode}); see {log_path}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.base_url}/models", timeout=2).status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise JudgeServerError(f"judge server not up after {timeout_s:.0f} s; see {log_path}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
+@contextlib.contextmanager
+def local_judge_server(gguf: Path, *, log_path: Path, threads: int) -> Iterator[str]:
+    """Serve `gguf` on a free loopback port for the `with` block; yields the base URL (".../v1")."""
+    judge = JudgeProcess.start(gguf, log_path=log_path, threads=threads)
+    try:
+        yield judge.base_url
+    finally:
+        judge.stop()

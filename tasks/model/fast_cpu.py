@@ -9,10 +9,7 @@ Evaluation (`modeling.load_causal_lm`) decodes every format to dense fp32: quali
 - QuIP#: E8P transcoded losslessly to int4 (`QuipInt4CpuLinear`). AQLM: its compressed CPU path.
 - Unquantized: dense fp32 (the baseline), or bf16 on request.
 Quantized paths run embeddings, norms and the tied lm_head in bf16. Every dense bf16 Linear is a
-`Bf16Linear`: for one token it runs torch's native bf16 GEMV with oneDNN off, which reads weights at
-DRAM speed here while oneDNN's reads at about half (per layer from DRAM, vs fp32: 2.6-2.9x against
-1.2-1.5x; SmolLM2's lm_head 4.2 ms against 6.7 ms, fp32 10 ms); for more tokens oneDNN's GEMM wins.
-Under torch.compile it is a plain Linear: turn oneDNN off around a compiled batch-1 decode instead.
+`kernels.bf16_cpu.Bf16Linear` (native bf16 GEMV with oneDNN off for one token).
 """
 
 from __future__ import annotations
@@ -23,32 +20,12 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from quantgate.kernels.bf16_cpu import native_gemv
 from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear
 from quantgate.kernels.int4_cpu import GROUPS, Int4CpuLinear
 from quantgate.kernels.quip_cpu import QuipInt4CpuLinear
+from quantgate.tasks.model.formats import checkpoint_format
 from quantgate.tasks.model.load import load_causal_lm
-
-
-class Bf16Linear(torch.nn.Linear):
-    """nn.Linear whose single-token calls (batch-1 decode) run with oneDNN switched off."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() != self.in_features or torch.compiler.is_compiling():  # no graph break per layer
-            return super().forward(x)
-        was = torch._C._get_mkldnn_enabled()
-        torch._C._set_mkldnn_enabled(False)
-        try:
-            return super().forward(x)
-        finally:
-            torch._C._set_mkldnn_enabled(was)
-
-
-def native_gemv(model: torch.nn.Module) -> torch.nn.Module:
-    """Every plain bf16 nn.Linear of `model` becomes a Bf16Linear, in place (weights and ties kept)."""
-    for m in model.modules():
-        if type(m) is torch.nn.Linear and m.weight.dtype == torch.bfloat16:
-            m.__class__ = Bf16Linear
-    return model
 
 
 def _finish(model: torch.nn.Module, modules: dict[str, torch.nn.Module], desc: str) -> tuple[Any, str]:
@@ -114,7 +91,7 @@ def _compressed_tensors(path: str, config: Any, qc: dict[str, Any]) -> tuple[tor
 
 
 def _codebook(path: str, method: str) -> tuple[torch.nn.Module, str]:
-    from quantgate.tasks.quantize.codebook.checkpoint import load_codebook_model
+    from quantgate.tasks.model.codebook_format import load_codebook_model
 
     model = load_codebook_model(path, torch.float32, materialize=False)  # fp32 signs, scales, codebooks
     if method == "quip_sharp":
@@ -132,18 +109,11 @@ def load_for_speed(path: str, dtype: str = "float32") -> tuple[torch.nn.Module, 
     only (the fp32 baseline, or "bfloat16" for a plain bf16 one); quantized ones pick their path."""
     from transformers import AutoConfig
 
-    from quantgate.tasks.quantize.codebook.checkpoint import CODEBOOK_METHODS
-
-    config = AutoConfig.from_pretrained(path)
-    qc = getattr(config, "quantization_config", None) or {}
-    qc = qc if isinstance(qc, dict) else qc.to_dict()
-    method = qc.get("quant_method")
-    if method in CODEBOOK_METHODS:
-        return _codebook(path, method)
-    if method == "compressed-tensors":
-        return _compressed_tensors(path, config, qc)
-    if method is not None:
-        raise ValueError(f"{path}: quant_method {method!r} has no CPU speed path")
+    fmt = checkpoint_format(path)
+    if fmt.kind in ("quip_sharp", "aqlm"):
+        return _codebook(path, fmt.kind)
+    if fmt.kind == "compressed-tensors":
+        return _compressed_tensors(path, AutoConfig.from_pretrained(path), fmt.quantization_config)
     if dtype == "bfloat16":
         return native_gemv(load_causal_lm(path, dtype)), "dense bf16 (unquantized checkpoint)"
     return load_causal_lm(path, dtype), f"dense {dtype} (unquantized checkpoint)"

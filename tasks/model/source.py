@@ -30,6 +30,10 @@ class ModelRef:
     path: str  # a local checkpoint directory, or a hub id
     digest: str  # content hash: identifies the baseline in caches and MLflow
 
+    def results_dir(self, state_dir: str | Path) -> str:
+        """Where the baseline's evaluation results live (a variant's live in its checkpoint folder)."""
+        return str(Path(state_dir) / "evals" / self.digest[:16])
+
 
 def resolve_model(name: str, cache_dir: Path) -> ModelRef:
     if name in GGUF_CATALOGUE:

@@ -72,22 +72,6 @@ def bench_code_digest() -> str:
                          quip_ops, aqlm_ops, hadamard, packages=("torch",))
 
 
-def load_for_gpu(path: str) -> tuple[torch.nn.Module, str]:
-    """bf16 on the GPU. Our 2-bit formats keep their codes and decode in the Triton kernels; what
-    transformers loads from compressed-tensors is dequantized at load (bf16 matmuls: vLLM's FP8 and
-    Marlin INT4 kernels are what serves those formats fast, and are not used here)."""
-    from quantgate.tasks.model.load import load_causal_lm
-    from quantgate.tasks.quantize.codebook.checkpoint import CODEBOOK_METHODS, load_codebook_model
-
-    quant = json.loads((Path(path) / "config.json").read_text()).get("quantization_config") or {}
-    method = quant.get("quant_method")
-    if method in CODEBOOK_METHODS:
-        return (load_codebook_model(path, torch.bfloat16, materialize=False),
-                f"{method}: codes decoded in the fused Triton kernel, bf16")
-    how = "bf16" if not method else f"{method} dequantized to bf16 at load (no low-bit kernel on this path)"
-    return load_causal_lm(path, "bfloat16"), how
-
-
 def machine_words(device: str) -> str:
     if device == "cuda":
         return f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}"
@@ -99,6 +83,7 @@ def run_bench(conf: BenchConf, paths: dict[str, str], *, heldout_path: str, out_
     """`paths` holds "baseline" (the unquantized checkpoint) and each variant's checkpoint."""
     from quantgate.conf.hardware import hardware_profile
     from quantgate.tasks.model.fast_cpu import load_for_speed
+    from quantgate.tasks.model.gpu import load_for_gpu
     from quantgate.tasks.model.size import checkpoint_size
     from quantgate.tasks.perf.energy import select_meter
 

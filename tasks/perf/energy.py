@@ -180,8 +180,8 @@ class EstimatedCpuMeter:
 _KNOWN = ("nvml", "rapl", "estimated")
 
 
-def select_meter(prefer: Sequence[str] = _KNOWN, *, watts_per_busy_core: float = 4.0,
-                 base_watts: float = 20.0, rapl_root: Path = Path("/sys/class/powercap"),
+def select_meter(prefer: Sequence[str], *, watts_per_busy_core: float, base_watts: float,
+                 rapl_root: Path = Path("/sys/class/powercap"),
                  gpu_indices: Sequence[int] = (0,)) -> tuple[EnergyMeter, list[str]]:
     """The first meter in `prefer` that works here, and one line per skipped backend saying why."""
     if unknown := [p for p in prefer if p not in _KNOWN]:

@@ -9,9 +9,11 @@ measured bits per weight and the bench's batch sizes, so predicted sits next to 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from quantgate.conf.hardware import HardwareProfile, hardware_profile
+from quantgate.conf.methods import VariantSpec
 from quantgate.conf.schema import PlanConf
 from quantgate.tasks.perf.roofline import ModelShape, VariantPlan, plan_variant
 
@@ -20,15 +22,14 @@ def model_shape(model_path: str) -> ModelShape:
     return ModelShape.from_hf_config(json.loads((Path(model_path) / "config.json").read_text()))
 
 
-def plan_variants(conf: PlanConf, model_path: str, specs: list) -> dict[str, VariantPlan]:
+def plan_variants(conf: PlanConf, model_path: str, specs: list[VariantSpec]) -> dict[str, VariantPlan]:
     shape, profile = model_shape(model_path), hardware_profile(conf.target)
-    return {s.name: plan_variant(s.name, s.method, shape, profile, batch=conf.batch, context=conf.context,
-                                 group_size=getattr(s, "group_size", None), num_devices=conf.num_devices,
-                                 min_speedup=conf.min_speedup)
+    return {s.name: plan_variant(s, shape, profile, batch=conf.batch, context=conf.context,
+                                 num_devices=conf.num_devices, min_speedup=conf.min_speedup)
             for s in specs}
 
 
-def predicted_speedups(model_path: str, profile: HardwareProfile | str, methods: dict[str, str],
+def predicted_speedups(model_path: str, profile: HardwareProfile | str, specs: list[VariantSpec],
                        bits: dict[str, float], *, batch_sizes: tuple[int, ...], context: int,
                        baseline_bits: float = 32, variant_base_bits: float = 16
                        ) -> dict[str, dict[int, float]]:
@@ -37,11 +38,11 @@ def predicted_speedups(model_path: str, profile: HardwareProfile | str, methods:
     `context` is the mean context of the bench's decode window (prompt + half the new tokens)."""
     shape = model_shape(model_path)
     prof = hardware_profile(profile) if isinstance(profile, str) else profile
-    return {name: {b: plan_variant(name, method, shape, prof, batch=b, context=context,
-                                   bits_per_weight=bits.get(name), baseline_bits=baseline_bits,
-                                   variant_base_bits=variant_base_bits, min_speedup=0.0).predicted_speedup
-                   for b in batch_sizes}
-            for name, method in methods.items()}
+    return {s.name: {b: plan_variant(s, shape, prof, batch=b, context=context,
+                                     bits_per_weight=bits.get(s.name), baseline_bits=baseline_bits,
+                                     variant_base_bits=variant_base_bits, min_speedup=0.0).predicted_speedup
+                     for b in batch_sizes}
+            for s in specs}
 
 
 def plan_lines(plans: dict[str, VariantPlan], conf: PlanConf, controls: set[str]) -> list[str]:
@@ -57,3 +58,32 @@ def plan_lines(plans: dict[str, VariantPlan], conf: PlanConf, controls: set[str]
         lines.append(f"- {p.name}: {p.support}, predicted ×{p.predicted_speedup:.2f} ({v.bound}-bound, "
                      f"{mb:.1f} MB/step)" + (f"; {verdict}" if verdict else ""))
     return lines
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the run does with each variant: its roofline plan, and whether it is quantized."""
+
+    plans: dict[str, VariantPlan]
+    runnable: tuple[VariantSpec, ...]
+    skipped: dict[str, str]  # variant -> why it is not quantized (the planner, missing GPUs)
+    lines: tuple[str, ...]  # the plan as the run prints and reports it
+
+
+def plan_run(conf: PlanConf, model_path: str, specs: list[VariantSpec], *, gpus: float) -> RunPlan:
+    """The planner's skips apply to non-control variants when `plan.skip` is on (controls are measured
+    anyway); a variant asking for more GPUs than the cluster has is not submitted (Ray would queue it
+    forever) and says which key to change."""
+    plans = plan_variants(conf, model_path, specs)
+    runnable, skipped = [], {}
+    for spec in specs:
+        plan = plans[spec.name]
+        if plan.skip and conf.skip and not spec.control:
+            skipped[spec.name] = f"skipped by the planner: {plan.reason}"
+        elif spec.resources.num_gpus > gpus:
+            skipped[spec.name] = (f"variants[{spec.name}].resources.num_gpus={spec.resources.num_gpus} "
+                                  f"but the Ray cluster has {gpus:g} GPU")
+        else:
+            runnable.append(spec)
+    lines = plan_lines(plans, conf, {s.name for s in specs if s.control})
+    return RunPlan(plans, tuple(runnable), skipped, tuple(lines))

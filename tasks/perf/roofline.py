@@ -28,12 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from quantgate.conf.hardware import NATIVE_COMPUTE, HardwareProfile
-from quantgate.conf.methods import METHOD_NAMES, Int4Rtn
-
-DEFAULT_GROUP_SIZE: int = Int4Rtn.model_fields["group_size"].default
-ASYMMETRIC: frozenset[str] = frozenset({"int4_awq"})  # Int4Awq.symmetric is False: a zero point per group
-SCALE_BITS = 16  # one bf16/fp16 scale per group (the GPU checkpoint format)
+from quantgate.conf.hardware import HardwareProfile
+from quantgate.conf.methods import VariantSpec
 
 
 @dataclass(frozen=True)
@@ -82,34 +78,22 @@ class Footprint:
     compute_format: str  # key into HardwareProfile.tflops when the target runs the method natively
 
 
-def footprint(method: str, *, group_size: int | None = None, bits_per_weight: float | None = None,
-              baseline_bits: float = 16) -> Footprint:
-    """Bits per weight and compute format of `method` ("baseline" or a quantgate method).
+def baseline_footprint(bits: float = 16) -> Footprint:
+    """The unquantized model: every weight and the KV cache at `bits` (fp32 or bf16 compute)."""
+    return Footprint(bits, bits, bits, "fp32" if bits > 16 else "bf16")
 
-    Nominal bits when `bits_per_weight` (measured, e.g. from `tasks.size`) is None: fp8 8 (its
-    per-channel scale, 16/in_features bits, is ignored); int4 4 + 16/group, plus a 4-bit zero point
-    per group when asymmetric (int4_awq); int2 2 + 16/group; quip_sharp_2bit 2; aqlm_2x8 2 plus
-    codebooks and row scales, which depend on the layer shapes: pass the measured bits when known.
-    The compute format is fp8 for W8A8 methods and bf16 otherwise; `plan_step` falls back to bf16
-    when the target does not run the method natively.
-    """
-    base_fmt = "fp32" if baseline_bits > 16 else "bf16"
-    if method == "baseline":
-        return Footprint(baseline_bits, baseline_bits, baseline_bits, base_fmt)
-    if method not in METHOD_NAMES:
-        raise ValueError(f"unknown method {method!r}; known: baseline, {', '.join(METHOD_NAMES)}")
-    g = group_size or DEFAULT_GROUP_SIZE
-    if method in ("fp8_w8a8", "kv_fp8"):
-        bits = 8.0
-    elif method.startswith("int4_"):
-        bits = 4 + SCALE_BITS / g + (4 / g if method in ASYMMETRIC else 0)
-    elif method.startswith("int2_"):
-        bits = 2 + SCALE_BITS / g
-    else:  # quip_sharp_2bit (E8P: 16-bit codes per 8 weights), aqlm_2x8 (2 x 8-bit codes per 8 weights)
-        bits = 2.0
-    return Footprint(weight_bits=bits_per_weight if bits_per_weight is not None else bits,
-                     lm_head_bits=baseline_bits, kv_bits=8 if method == "kv_fp8" else baseline_bits,
-                     compute_format=NATIVE_COMPUTE.get(method, base_fmt))
+
+def footprint(spec: VariantSpec, *, bits_per_weight: float | None = None, baseline_bits: float = 16
+              ) -> Footprint:
+    """What `spec` reads per decode step, from the method's own description (`conf.methods`):
+    its nominal bits per weight unless `bits_per_weight` (measured, e.g. by `tasks.model.size`, or
+    what a target's kernel holds in memory) is given; its KV-cache width; its native compute format
+    (fp8 for W8A8), else the baseline's, which `plan_step` replaces by the target's weight-only
+    format when the target does not run the method natively."""
+    base = baseline_footprint(baseline_bits)
+    bits = spec.weight_bits() if bits_per_weight is None else bits_per_weight
+    return Footprint(weight_bits=bits, lm_head_bits=baseline_bits, kv_bits=spec.kv_bits or baseline_bits,
+                     compute_format=spec.native_compute or base.compute_format)
 
 
 @dataclass(frozen=True)
@@ -163,11 +147,11 @@ class VariantPlan:
     predicted_speedup: float  # baseline.step_s / variant.step_s
 
 
-def plan_variant(name: str, method: str, shape: ModelShape, profile: HardwareProfile, *, batch: int,
-                 context: int, group_size: int | None = None, bits_per_weight: float | None = None,
-                 baseline_bits: float = 16, num_devices: int = 1, min_speedup: float = 1.0,
+def plan_variant(spec: VariantSpec, shape: ModelShape, profile: HardwareProfile, *, batch: int,
+                 context: int, bits_per_weight: float | None = None, baseline_bits: float = 16,
+                 num_devices: int = 1, min_speedup: float = 1.0,
                  variant_base_bits: float | None = None) -> VariantPlan:
-    """Predict `method`'s decode speedup over the baseline on `profile`; skip it when the target has no
+    """Predict `spec`'s decode speedup over the baseline on `profile`; skip it when the target has no
     kernel for it or the predicted speedup is below `min_speedup`.
 
     `variant_base_bits`: the precision of the variant's unquantized parts (lm_head, KV) when it
@@ -176,27 +160,26 @@ def plan_variant(name: str, method: str, shape: ModelShape, profile: HardwarePro
     A method with support "none" would run dequantized at the baseline precision: its variant
     estimate is the baseline's (speedup 1.0).
     """
-    if method not in profile.formats:
-        raise ValueError(f"unknown method {method!r}; known: {', '.join(METHOD_NAMES)}")
-    support, note = profile.formats[method], profile.notes.get(method, "")
+    support, note = profile.formats[spec.kernel], profile.notes.get(spec.kernel, "")
     kw: dict[str, Any] = {"batch": batch, "context": context, "num_devices": num_devices}
-    base = plan_step(shape, profile, footprint("baseline", baseline_bits=baseline_bits), **kw)
+    base = plan_step(shape, profile, baseline_footprint(baseline_bits), **kw)
     if support == "none":
         var = base
     else:
         if bits_per_weight is None:  # what the target's kernel holds, where it widens the format
-            bits_per_weight = profile.runtime_bits.get(method)
-        fp = footprint(method, group_size=group_size, bits_per_weight=bits_per_weight,
+            bits_per_weight = profile.runtime_bits.get(spec.kernel)
+        fp = footprint(spec, bits_per_weight=bits_per_weight,
                        baseline_bits=variant_base_bits or baseline_bits)
         var = plan_step(shape, profile, fp, support=support, **kw)
     speedup = base.step_s / var.step_s
     where = (f"{var.bound}-bound at batch {batch}, context {context} on {num_devices} x "
              f"{profile.description}")
     if support == "none":
-        skip, reason = True, f"{profile.description} has no kernel for {method}: {note or 'no kernel path'}"
+        why = note or "no kernel path"
+        skip, reason = True, f"{profile.description} has no kernel for {spec.method}: {why}"
     elif speedup < min_speedup:
         skip, reason = True, f"predicted speedup {speedup:.2f}x < {min_speedup:.2f}x ({where})"
     else:
         skip, reason = False, f"predicted speedup {speedup:.2f}x ({where})"
-    return VariantPlan(name=name, method=method, support=support, note=note, skip=skip, reason=reason,
-                       baseline=base, variant=var, predicted_speedup=speedup)
+    return VariantPlan(name=spec.name, method=spec.method, support=support, note=note, skip=skip,
+                       reason=reason, baseline=base, variant=var, predicted_speedup=speedup)

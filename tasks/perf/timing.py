@@ -141,7 +141,7 @@ def time_generation(model: torch.nn.Module, ids: torch.Tensor, new_tokens: int,
     _sync(device)
     t1 = time.perf_counter()
     meter.begin()
-    # oneDNN's bf16 GEMV is slow on this CPU (see fast_cpu.Bf16Linear); in a compiled graph that
+    # oneDNN's bf16 GEMV is slow on this CPU (see kernels.bf16_cpu); in a compiled graph that
     # module is a plain Linear, so single-sequence compiled decoding turns oneDNN off itself.
     with torch.backends.mkldnn.flags(enabled=not (step is not None and ids.shape[0] == 1)):
         decode()

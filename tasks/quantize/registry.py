@@ -1,36 +1,33 @@
-"""Quantization methods by the name the YAML uses. Adding a method: its module + one line."""
+"""A method's implementation is the module named like it: `quantgate.tasks.quantize.methods.<method>`,
+for every method `conf.methods.SPECS` lists. Two kinds:
+
+- llm-compressor recipes: `build_recipe(spec) -> list[modifier]`, optional `runtime_patches()`;
+- our own layer loops (QuIP#, AQLM): `quantize_model(spec, *, model, hessians, deadline)`.
+
+Either kind sets `NEEDS_CALIBRATION`. Nothing to register here: adding a method is its spec class,
+its line in `SPECS` and its module."""
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 
-from quantgate.tasks.quantize.methods import (
-    aqlm_2x8,
-    fp8_w8a8,
-    int2_gptq,
-    int2_rtn,
-    int4_awq,
-    int4_gptq,
-    int4_rtn,
-    kv_fp8,
-    quip_sharp_2bit,
-)
+from quantgate.conf.methods import METHOD_NAMES
 
-QUANTIZERS: dict[str, ModuleType] = {
-    "fp8_w8a8": fp8_w8a8,
-    "kv_fp8": kv_fp8,
-    "int4_rtn": int4_rtn,
-    "int4_gptq": int4_gptq,
-    "int4_awq": int4_awq,
-    "int2_rtn": int2_rtn,
-    "int2_gptq": int2_gptq,
-    "quip_sharp_2bit": quip_sharp_2bit,
-    "aqlm_2x8": aqlm_2x8,
-}
+METHODS_PACKAGE = "quantgate.tasks.quantize.methods"
 
 
 def quantizer_for(method: str) -> ModuleType:
-    try:
-        return QUANTIZERS[method]
-    except KeyError:
-        raise KeyError(f"method: unknown {method!r}; known: {', '.join(QUANTIZERS)}") from None
+    if method not in METHOD_NAMES:
+        raise KeyError(f"method: unknown {method!r}; known: {', '.join(METHOD_NAMES)}")
+    module = importlib.import_module(f"{METHODS_PACKAGE}.{method}")
+    if not hasattr(module, "NEEDS_CALIBRATION") or not (
+            hasattr(module, "build_recipe") or hasattr(module, "quantize_model")):
+        raise TypeError(f"{module.__name__}: a method module needs NEEDS_CALIBRATION and build_recipe "
+                        "or quantize_model")
+    return module
+
+
+def is_own_method(method: str) -> bool:
+    """Our own layer loop (codebook formats), not an llm-compressor recipe."""
+    return hasattr(quantizer_for(method), "quantize_model")

@@ -1,11 +1,12 @@
 """Run one variant's quantization and save a checkpoint that `load_causal_lm` reloads:
 llm-compressor recipes give compressed-tensors checkpoints; our own codebook methods
-(QuIP#, AQLM) give the formats of `codebook_checkpoint`. Idempotent: a finished output
-(`DONE`) is reused."""
+(QuIP#, AQLM) give the formats of `model.codebook_format`. The output folder is content-addressed
+(`variant_dir`) and written atomically; a finished one (`DONE`) is reused."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import shutil
 import sys
@@ -18,11 +19,11 @@ import torch
 
 from quantgate.conf.methods import VariantSpec
 from quantgate.kernels.ldlq import HessianNotPositiveDefinite
+from quantgate.tasks.model import codebook_format
+from quantgate.tasks.model.codebook_format import save_codebook_checkpoint
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
-from quantgate.tasks.quantize.codebook import checkpoint as codebook_checkpoint
-from quantgate.tasks.quantize.codebook import finetune as finetune_e2e
-from quantgate.tasks.quantize.codebook import layers as codebook_method
-from quantgate.tasks.quantize.codebook.checkpoint import save_codebook_checkpoint
+from quantgate.tasks.quantize import wna16
+from quantgate.tasks.quantize.codebook import finetune, layers
 from quantgate.tasks.quantize.codebook.finetune import finetune_checkpoint
 from quantgate.tasks.quantize.codebook.layers import calibration_hessians
 from quantgate.tasks.quantize.registry import quantizer_for
@@ -46,12 +47,25 @@ class QuantizeResult:
 
 
 def quantize_code_digest(method: str) -> str:
-    """Our runner and method module, and the library versions that do the work."""
-    own = hasattr(quantizer_for(method), "quantize_model")
-    return source_digest(sys.modules[__name__], quantizer_for(method), codebook_checkpoint, codebook_method,
-                         finetune_e2e,
+    """Our runner, the method's module and the modules its entry point lives in (int2_gptq runs
+    int4_gptq's recipe), and the library versions that do the work."""
+    module = quantizer_for(method)
+    entry = getattr(module, "quantize_model", None) or module.build_recipe
+    own = hasattr(module, "quantize_model")
+    return source_digest(sys.modules[__name__], module, sys.modules[entry.__module__], wna16, codebook_format,
+                         layers, finetune,
                          packages=("llmcompressor", "compressed-tensors", "transformers", "torch"),
                          trees=_OWN_KERNELS if own else ())
+
+
+def variant_dir(state_dir: str | Path, spec: VariantSpec, *, model_digest: str, calibration_hash: str,
+                max_seq_len: int) -> str:
+    """Content-addressed output folder: same spec, model, calibration and code -> same folder.
+    Resources and the control flag do not change what is computed, so they are not in the key."""
+    key = json.dumps([spec.model_dump(mode="json", exclude={"resources", "control"}), model_digest,
+                      calibration_hash, max_seq_len, quantize_code_digest(spec.method)], sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    return str(Path(state_dir) / "variants" / f"{spec.name}-{digest}")
 
 
 def check_group_size(model: torch.nn.Module, spec: VariantSpec) -> None:

@@ -1,12 +1,19 @@
-"""Record a finished run in MLflow: parent run, one child per variant (and the baseline),
-registered versions for the variants that passed, alias `canary` on the winner."""
+"""Record a finished pipeline run in MLflow: a parent run, one child per variant (and the baseline),
+a registered version per variant that passed, alias `canary` on the winner.
+
+Idempotent: the parent run is keyed on the run's content (`run_key`: what was asked, on which model
+and traffic, and what came out), each child on (parent, variant), each version on its checkpoint.
+A re-run of the same inputs, a retried flow run, or a run resumed after a crash in the middle of
+publishing finds what exists and creates only what is missing: no second parent run, no new version,
+no second copy of a checkpoint.
+"""
 
 from __future__ import annotations
 
 import json
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mlflow.entities import RunStatus
@@ -14,14 +21,16 @@ from mlflow.tracking import MlflowClient
 
 from quantgate.tasks.gate.decide import GateDecision, VariantScores
 from quantgate.tasks.perf.bench import BenchReport
+from quantgate.tasks.registry.aliases import move_alias, register_version
 from quantgate.tasks.registry.tracking import (
     ensure_experiment,
+    find_run,
     log_child_run,
     log_metrics,
-    move_alias,
-    quantize_note_metrics,
-    register_version,
+    log_params,
 )
+
+RUN_KEY_TAG = "quantgate.run_key"
 
 
 @dataclass(frozen=True)
@@ -32,6 +41,7 @@ class RunRecord:
     child_run_ids: dict[str, str]
     registered: dict[str, str]  # variant -> model version
     canary_version: str | None
+    reused: bool  # the parent run existed already: this publish changed nothing it had
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,7 @@ class PublishInputs:
     registered_model: str
     model_digest: str
     calibration_hash: str
+    run_key: str
     params: dict[str, str]
     parent_metrics: dict[str, float]
     parent_artifacts: list[str]
@@ -50,24 +61,33 @@ class PublishInputs:
     child_tags: dict[str, str] = field(default_factory=dict)  # e.g. energy_method, bench.batch
 
 
-def publish_run(
-    inp: PublishInputs, *, baseline: VariantScores, variants: list[VariantScores],
-    decision: GateDecision, gate_report: str, checkpoints: dict[str, str],
-    variant_artifacts: dict[str, list[str]],
-) -> RunRecord:
+def _parent(client: MlflowClient, exp_id: str, inp: PublishInputs, winner: str | None) -> tuple[str, bool]:
+    """(parent run id, whether it was finished already)."""
+    found = find_run(client, exp_id, {RUN_KEY_TAG: inp.run_key})
+    if found is not None:
+        runs = found.data.tags.get("prefect.flow_run_ids", "").split(",")
+        if inp.flow_run_id not in runs:  # say which flow runs published to it, change nothing else
+            client.set_tag(found.info.run_id, "prefect.flow_run_ids", ",".join([*runs, inp.flow_run_id]))
+        return found.info.run_id, found.info.status == "FINISHED"
+    parent = client.create_run(exp_id, run_name=f"quantize_and_gate {inp.flow_run_id[:8]}", tags={
+        RUN_KEY_TAG: inp.run_key, "model": inp.model_name, "model_digest": inp.model_digest,
+        "calibration_hash": inp.calibration_hash, "prefect.flow_run_id": inp.flow_run_id,
+        "prefect.flow_run_ids": inp.flow_run_id, "gate.winner": winner or "none"})
+    return parent.info.run_id, False
+
+
+def publish_run(inp: PublishInputs, *, baseline: VariantScores, variants: list[VariantScores],
+                decision: GateDecision, gate_report: str, variant_artifacts: dict[str, list[str]],
+                variant_params: dict[str, dict[str, str]]) -> RunRecord:
     client = MlflowClient(tracking_uri=inp.tracking_uri)
     exp_id = ensure_experiment(client, inp.experiment, inp.artifact_root)
-    parent = client.create_run(exp_id, run_name=f"quantize_and_gate {inp.flow_run_id[:8]}", tags={
-        "model": inp.model_name, "model_digest": inp.model_digest,
-        "calibration_hash": inp.calibration_hash, "prefect.flow_run_id": inp.flow_run_id,
-        "gate.winner": decision.winner or "none"})
-    pid = parent.info.run_id
-    for k, v in inp.params.items():
-        client.log_param(pid, k, v)
-    log_metrics(client, pid, inp.parent_metrics)
-    for path in inp.parent_artifacts:
-        client.log_artifact(pid, path)
-    client.log_text(pid, gate_report, "gate_report.md")
+    pid, finished = _parent(client, exp_id, inp, decision.winner)
+    if not finished:
+        log_params(client, pid, inp.params)
+        log_metrics(client, pid, inp.parent_metrics)
+        for path in inp.parent_artifacts:
+            client.log_artifact(pid, path)
+        client.log_text(pid, gate_report, "gate_report.md")
     tags = {"calibration_hash": inp.calibration_hash, **inp.child_tags}
     children = {"baseline": log_child_run(
         client, experiment_id=exp_id, parent_run_id=pid, scores=baseline, verdict=None,
@@ -77,28 +97,22 @@ def publish_run(
         verdict = decision.verdicts[v.name]
         with tempfile.TemporaryDirectory() as tmp:
             verdict_file = Path(tmp) / "gate_verdict.json"
-            verdict_file.write_text(json.dumps(verdict.__dict__, indent=1))
+            verdict_file.write_text(json.dumps(asdict(verdict), indent=1))
             children[v.name] = log_child_run(
-                client, experiment_id=exp_id, parent_run_id=pid, scores=v, verdict=verdict,
-                tags=tags, params={"method": v.method, "control": str(v.control)},
+                client, experiment_id=exp_id, parent_run_id=pid, scores=v, verdict=verdict, tags=tags,
+                params={"control": str(v.control), **variant_params.get(v.name, {})},
                 artifacts=[*variant_artifacts.get(v.name, []), str(verdict_file)])
-        if v.name in checkpoints:
-            log_metrics(client, children[v.name], quantize_note_metrics(checkpoints[v.name]))
-        if verdict.passed and v.name in checkpoints:
-            registered[v.name] = _register(client, inp.registered_model, children[v.name],
-                                           checkpoints[v.name], v.name)
+        if verdict.passed and v.checkpoint is not None:
+            registered[v.name] = register_version(client, inp.registered_model, children[v.name],
+                                                  v.checkpoint)
+            client.set_model_version_tag(inp.registered_model, registered[v.name], "variant", v.name)
     canary = registered.get(decision.winner) if decision.winner else None
     if canary is not None:
         move_alias(client, inp.registered_model, "canary", canary,
                    reason=f"offline gate winner {decision.winner} (run {pid})")
-    client.set_terminated(pid, RunStatus.to_string(RunStatus.FINISHED))
-    return RunRecord(inp.tracking_uri, exp_id, pid, children, registered, canary)
-
-
-def _register(client: MlflowClient, model: str, run_id: str, checkpoint: str, variant: str) -> str:
-    version = register_version(client, model, run_id, checkpoint)
-    client.set_model_version_tag(model, version, "variant", variant)
-    return version
+    if not finished:
+        client.set_terminated(pid, RunStatus.to_string(RunStatus.FINISHED))
+    return RunRecord(inp.tracking_uri, exp_id, pid, children, registered, canary, reused=finished)
 
 
 def publish_bench(tracking_uri: str, experiment: str, artifact_root: Path, report: BenchReport,

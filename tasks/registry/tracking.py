@@ -1,23 +1,21 @@
-"""MLflow: one parent run per flow run, one child run per variant, the registry and aliases.
+"""MLflow runs: one parent run per pipeline run, one child run per variant, their metrics.
 
 Names follow DESIGN.md. Slice metrics are `ppl.<key>.<value>` (MLflow metric names do not
-allow `=`). MLflow keeps no alias history, so every alias move is also written as a
-registered-model tag `alias_log.<seq>` (JSON: alias, version, previous, reason, time).
+allow `=`). The registry and its aliases are in `aliases.py`.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import RunStatus
-from mlflow.exceptions import MlflowException
+from mlflow.entities import Run, RunStatus
 from mlflow.tracking import MlflowClient
 
+from quantgate.conf.settings import env_settings
 from quantgate.tasks.evaluate.lmeval import LmEvalResult
 from quantgate.tasks.evaluate.perplexity import EvalResult
 from quantgate.tasks.gate.decide import VariantScores, Verdict
@@ -28,7 +26,7 @@ _BAD_METRIC_CHARS = re.compile(r"[^\w\-. /]")
 
 def tracking_uri(configured: str | None, state_dir: Path) -> str:
     """MLFLOW_TRACKING_URI wins, then the config, then SQLite under the state dir."""
-    return (os.environ.get("MLFLOW_TRACKING_URI") or configured
+    return (env_settings().mlflow_tracking_uri or configured
             or f"sqlite:///{(state_dir / 'mlflow.db').resolve()}")
 
 
@@ -96,12 +94,16 @@ def log_child_run(
     verdict: Verdict | None, tags: dict[str, str], params: dict[str, Any],
     artifacts: list[str],
 ) -> str:
-    run = client.create_run(experiment_id, run_name=scores.name,
-                            tags={"mlflow.parentRunId": parent_run_id, "variant": scores.name,
-                                  "method": scores.method, **tags})
-    rid = run.info.run_id
-    for k, v in params.items():
-        client.log_param(rid, k, v)
+    """The child run of `scores.name` under the parent: an existing finished one is returned as it is
+    (publishing is idempotent); otherwise it is created (or resumed) and logged."""
+    existing = find_run(client, experiment_id, {"mlflow.parentRunId": parent_run_id, "variant": scores.name})
+    if existing is not None and existing.info.status != "RUNNING":
+        return existing.info.run_id
+    rid = existing.info.run_id if existing is not None else client.create_run(
+        experiment_id, run_name=scores.name, tags={"mlflow.parentRunId": parent_run_id,
+                                                   "variant": scores.name, "method": scores.method,
+                                                   **tags}).info.run_id
+    log_params(client, rid, params)
     metrics: dict[str, float] = {}
     if scores.eval is not None:
         metrics |= eval_metrics(scores.eval)
@@ -112,6 +114,8 @@ def log_child_run(
         metrics |= lmeval_metrics(scores.lmeval)
     if scores.judge is not None:
         metrics |= judge_metrics(scores.judge)
+    if scores.checkpoint is not None and scores.eval is not None:
+        metrics |= quantize_note_metrics(scores.checkpoint)
     if verdict is not None and scores.eval is not None:
         metrics |= verdict_metrics(verdict)
     metrics |= scores.perf
@@ -132,6 +136,35 @@ def log_child_run(
     return rid
 
 
+def find_run(client: MlflowClient, experiment_id: str, tags: dict[str, str]) -> Run | None:
+    """The oldest run of the experiment carrying all these tag values, or None."""
+    query = " and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items())
+    found = client.search_runs([experiment_id], query, order_by=["attributes.start_time ASC"], max_results=1)
+    return found[0] if found else None
+
+
+def flat_params(data: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """A nested config as MLflow params: dotted keys, scalar values as text, lists joined."""
+    out: dict[str, str] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out |= flat_params(value, f"{name}.")
+        elif isinstance(value, list | tuple):
+            out[name] = ",".join(str(v) for v in value)
+        else:
+            out[name] = "" if value is None else str(value)
+    return {k: v[:6000] for k, v in out.items()}  # MLflow's limit on a param value
+
+
+def log_params(client: MlflowClient, run_id: str, params: dict[str, str]) -> None:
+    from mlflow.entities import Param
+
+    batch = [Param(k, v) for k, v in params.items()]
+    for i in range(0, len(batch), 100):  # MLflow takes at most 100 params per batch
+        client.log_batch(run_id, params=batch[i : i + 100])
+
+
 def log_metrics(client: MlflowClient, run_id: str, metrics: dict[str, float]) -> None:
     from mlflow.entities import Metric
 
@@ -139,40 +172,3 @@ def log_metrics(client: MlflowClient, run_id: str, metrics: dict[str, float]) ->
     batch = [Metric(k, float(v), now, 0) for k, v in metrics.items()]
     for i in range(0, len(batch), 500):
         client.log_batch(run_id, metrics=batch[i : i + 500])
-
-
-def register_version(client: MlflowClient, model_name: str, run_id: str, checkpoint: str) -> str:
-    """Copy the checkpoint into the run's artifacts and register it as a model version."""
-    client.log_artifacts(run_id, checkpoint, artifact_path="checkpoint")
-    try:
-        client.create_registered_model(model_name)
-    except MlflowException as exc:
-        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
-            raise
-    source = f"{client.get_run(run_id).info.artifact_uri}/checkpoint"
-    return client.create_model_version(model_name, source=source, run_id=run_id).version
-
-
-def move_alias(
-    client: MlflowClient, model_name: str, alias: str, version: str | None, *, reason: str
-) -> None:
-    """Point `alias` at `version` (None removes it) and append the move to the alias log."""
-    try:
-        previous = client.get_model_version_by_alias(model_name, alias).version
-    except MlflowException:
-        previous = None
-    if previous == version:
-        return  # idempotent: the same move twice changes nothing the second time
-    if version is None:
-        client.delete_registered_model_alias(model_name, alias)
-    else:
-        client.set_registered_model_alias(model_name, alias, version)
-    seq = len(alias_history(client, model_name))
-    entry = {"alias": alias, "version": version, "previous": previous, "reason": reason,
-             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    client.set_registered_model_tag(model_name, f"alias_log.{seq:05d}", json.dumps(entry))
-
-
-def alias_history(client: MlflowClient, model_name: str) -> list[dict[str, Any]]:
-    tags = client.get_registered_model(model_name).tags
-    return [json.loads(tags[k]) for k in sorted(tags) if k.startswith("alias_log.")]

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from quantgate.conf.settings import env_settings
 from quantgate.tasks.runtime.child_process import free_port, own_session_tied_to_parent
 
 # Telemetry off, loopback only (STACK.md): Ray otherwise listens on every interface.
@@ -63,7 +64,7 @@ def _healthy(api_url: str) -> bool:
         return False
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
@@ -75,13 +76,13 @@ def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[P
 
     Services stay on: task runs executed on Ray workers reach the server as events, and the
     server's task-run recorder service is what turns them into task runs in the UI."""
-    if os.environ.get("PREFECT_API_URL"):
-        api = os.environ["PREFECT_API_URL"].rstrip("/")
+    if shared := env_settings().prefect_api_url:
+        api = shared.rstrip("/")
         yield PrefectServer(api, api.removesuffix("/api"), None)
         return
     # A busy port may hold another project's server (another database): start our own
     # elsewhere rather than write into it. A shared server is chosen with PREFECT_API_URL.
-    if not _port_free(port):
+    if not port_free(port):
         port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     log = (state_dir / "prefect-server.log").open("ab")

@@ -40,6 +40,10 @@ class PreparedTraffic:
     heldout: int
     pii_redacted: dict[str, int]
 
+    def summary_line(self) -> str:
+        return (f"{self.valid} valid, {self.quarantined} quarantined -> {self.quarantine_path}; "
+                f"PII redacted: {self.pii_redacted}")
+
 
 def prepare_traffic(conf: TrafficConf, out_root: Path) -> PreparedTraffic:
     digest = hashlib.sha256(conf.path.read_bytes() if conf.path.is_file() else b"")

@@ -5,7 +5,7 @@ import os
 from prefect import flow, task
 from prefect_ray import RayTaskRunner
 
-from quantgate.flows.quantize_and_gate import _outcome
+from quantgate.flows.outcomes import outcome as _outcome
 
 
 @task

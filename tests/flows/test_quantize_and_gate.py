@@ -13,7 +13,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from quantgate.tasks.registry.tracking import alias_history
+from quantgate.tasks.registry.aliases import CHECKPOINT_TAG, alias_history
+from quantgate.tasks.runtime.child_process import free_port
 
 from factories import mixed_records, write_traffic
 
@@ -29,7 +30,7 @@ VARIANTS = [
 ]
 
 
-def _config(tmp_path, model, port, *, judge=False):
+def _config(tmp_path, model, *, judge=False):
     traffic = write_traffic(tmp_path / "traffic.jsonl", mixed_records(120),
                             [b"not json", b'{"id": "x"}'])
     conf = {"model": {"name": model, "served_name": "tiny"},
@@ -47,7 +48,8 @@ def _config(tmp_path, model, port, *, judge=False):
                       "repeats": 1, "num_cpus": 2},
             "gate": {"per_metric": {"lmeval.qg_facts_mc.acc": 0.01, "lmeval.qg_facts_mc.acc_norm": 0.01,
                                     "lmeval.qg_replay.token_f1": 0.01}},
-            "runtime": {"state_dir": str(tmp_path / "state"), "prefect_port": port}}
+            "runtime": {"state_dir": str(tmp_path / "state"), "prefect_port": free_port(),
+                        "mlflow_ui_port": free_port()}}
     path = tmp_path / "conf.yaml"
     path.write_text(yaml.safe_dump(conf))
     return path
@@ -60,10 +62,19 @@ def _cli(*args, **kw):
                             text=True, env=env, **kw)
 
 
+def _mlflow(tmp):
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'state' / 'mlflow.db'}")
+    (exp,) = [e for e in client.search_experiments() if e.name == "model"]
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    versions = client.search_model_versions("name='tiny'")
+    return client, runs, parents, versions
+
+
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory, tiny_model):
     tmp = tmp_path_factory.mktemp("flow")
-    conf = _config(tmp, tiny_model, 4291, judge=True)
+    conf = _config(tmp, tiny_model, judge=True)
     proc = _cli("run", "--config", str(conf))
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
@@ -84,10 +95,7 @@ def test_run_prints_table_and_addresses(first_run):
 
 def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
     tmp, _, _ = first_run
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'state' / 'mlflow.db'}")
-    (exp,) = [e for e in client.search_experiments() if e.name == "model"]
-    runs = client.search_runs([exp.experiment_id])
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    client, runs, parents, versions = _mlflow(tmp)
     assert len(parents) == 1
     parent = parents[0]
     assert parent.data.metrics["traffic.quarantined"] == 2
@@ -126,7 +134,6 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
     assert {"lmeval.json", "lmeval_samples.jsonl", "judge_transcript.jsonl"} <= files
     winner = parent.data.tags["gate.winner"]
     passed = {n for n, r in children.items() if r.data.metrics.get("gate.passed") == 1.0}
-    versions = client.search_model_versions("name='tiny'")
     assert {v.tags["variant"] for v in versions} == passed
     assert winner in passed  # on the tiny model every working variant passes
     assert client.get_model_version_by_alias("tiny", "canary").tags["variant"] == winner
@@ -142,17 +149,25 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
     assert re.search(r"\| int4_gptq \| 2 \| int4", text)  # bench row: batch 2, its fast path named
 
 
-def test_identical_rerun_reuses_every_variant(first_run):
-    _, conf, _ = first_run
-    proc = _cli("run", "--config", str(conf), "--variants", "fp8_w8a8,int4_gptq")
+@pytest.mark.timeout(900)
+def test_identical_rerun_reuses_every_variant_and_publishes_nothing_new(first_run):
+    tmp, conf, _ = first_run
+    _, runs_before, _, versions_before = _mlflow(tmp)
+    proc = _cli("run", "--config", str(conf))
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
-    for name in ("fp8_w8a8", "int4_gptq"):
+    for name in ("fp8_w8a8", "kv_fp8", "int4_gptq", "int4_rtn"):
         assert re.search(rf"{name}: quantized in [0-9.]+ s \(reused\)", out), out[-3000:]
+    assert "published already: nothing new was recorded" in out
+    _, runs, parents, versions = _mlflow(tmp)
+    assert len(parents) == 1 and {r.info.run_id for r in runs} == {r.info.run_id for r in runs_before}
+    assert [(v.version, v.source) for v in versions] == [(v.version, v.source) for v in versions_before]
+    assert parents[0].data.tags["prefect.flow_run_ids"].count(",") == 1  # both flow runs named
 
 
+@pytest.mark.timeout(900)
 def test_killed_run_resumes_without_redoing_finished_variants(tmp_path, tiny_model):
-    conf = _config(tmp_path, tiny_model, 4292)
+    conf = _config(tmp_path, tiny_model)
     proc = _cli("run", "--config", str(conf), start_new_session=True)
     variants = tmp_path / "state" / "variants"
     deadline = time.monotonic() + 300
@@ -168,13 +183,19 @@ def test_killed_run_resumes_without_redoing_finished_variants(tmp_path, tiny_mod
     for name, mtime in done.items():
         assert (variants / name / "DONE").stat().st_mtime_ns == mtime, name
     assert out.count("(reused)") >= len(done)
+    _, _, parents, versions = _mlflow(tmp_path)  # the killed run never got to publish: one record
+    assert len(parents) == 1
+    checkpoints = [v.tags[CHECKPOINT_TAG] for v in versions]
+    assert checkpoints and len(checkpoints) == len(set(checkpoints))
 
 
+@pytest.mark.timeout(300)
 def test_serve_registers_a_scheduled_deployment(tmp_path, tiny_model):
     import json
     import urllib.request
 
-    conf = _config(tmp_path, tiny_model, 4294)
+    conf = _config(tmp_path, tiny_model)
+    port = yaml.safe_load(conf.read_text())["runtime"]["prefect_port"]
     proc = _cli("serve", "--config", str(conf), "--cron", "0 3 * * *", start_new_session=True)
     try:
         line = ""
@@ -184,7 +205,7 @@ def test_serve_registers_a_scheduled_deployment(tmp_path, tiny_model):
             line = proc.stdout.readline()
         deployments = []
         while not deployments and time.monotonic() < deadline:
-            req = urllib.request.Request("http://127.0.0.1:4294/api/deployments/filter", data=b"{}",
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/api/deployments/filter", data=b"{}",
                                          headers={"Content-Type": "application/json"})
             deployments = json.loads(urllib.request.urlopen(req, timeout=10).read())
             time.sleep(0.5)
@@ -200,7 +221,7 @@ def test_serve_registers_a_scheduled_deployment(tmp_path, tiny_model):
     assert proc.returncode == 0, out[-3000:]
     assert "All deployments have been paused" in out
     with socket.socket() as s:
-        assert s.connect_ex(("127.0.0.1", 4294)) != 0, "the Prefect server outlived the CLI"
+        assert s.connect_ex(("127.0.0.1", port)) != 0, "the Prefect server outlived the CLI"
 
 
 def test_bad_config_is_one_line_naming_the_key(tmp_path):
@@ -212,7 +233,7 @@ def test_bad_config_is_one_line_naming_the_key(tmp_path):
 
 
 def test_missing_model_fails_the_run_with_what_to_fix(tmp_path):
-    conf = _config(tmp_path, str(tmp_path / "no-model"), 4295)
+    conf = _config(tmp_path, str(tmp_path / "no-model"))
     proc = _cli("run", "--config", str(conf))
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 1
@@ -220,18 +241,22 @@ def test_missing_model_fails_the_run_with_what_to_fix(tmp_path):
         out[-2000:]
 
 
+@pytest.mark.timeout(300)
 def test_ui_serves_both_and_sigterm_stops_its_servers(tmp_path, tiny_model):
     import socket
     import urllib.request
 
-    conf = _config(tmp_path, tiny_model, 4296)
+    conf = _config(tmp_path, tiny_model)
+    runtime = yaml.safe_load(conf.read_text())["runtime"]
+    prefect, mlflow = runtime["prefect_port"], runtime["mlflow_ui_port"]
     proc = _cli("ui", "--config", str(conf))
     deadline, lines = time.monotonic() + 120, []
     while not any("Ctrl-C" in line for line in lines):
         assert time.monotonic() < deadline and proc.poll() is None, lines
         lines.append(proc.stdout.readline())
-    assert "Prefect UI: http://127.0.0.1:4296" in "".join(lines)
-    for url in ("http://127.0.0.1:4296/api/health", "http://127.0.0.1:5000/"):
+    assert f"Prefect UI: http://127.0.0.1:{prefect}" in "".join(lines)
+    assert f"MLflow UI:  http://127.0.0.1:{mlflow}" in "".join(lines)
+    for url in (f"http://127.0.0.1:{prefect}/api/health", f"http://127.0.0.1:{mlflow}/"):
         for _ in range(60):
             try:
                 assert urllib.request.urlopen(url, timeout=5).status == 200
@@ -242,6 +267,6 @@ def test_ui_serves_both_and_sigterm_stops_its_servers(tmp_path, tiny_model):
             raise AssertionError(f"{url} never answered")
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
-    for port in (4296, 5000):
+    for port in (prefect, mlflow):
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still served"

@@ -111,7 +111,7 @@ def finetune_checkpoint(path: str, teacher: torch.nn.Module, batches: Sequence[t
     in the stored dtypes (S_U, S_V stay fp16)."""
     from safetensors.torch import load_file, save_file
 
-    from quantgate.tasks.quantize.codebook.checkpoint import load_codebook_model
+    from quantgate.tasks.model.codebook_format import load_codebook_model
 
     student = load_codebook_model(path, materialize=False)
     report = finetune_end_to_end(student, teacher, batches, deadline=deadline, epochs=epochs, lr=lr)

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from quantgate.kernels.hessian import HessianCollector
-from quantgate.tasks.quantize.codebook.checkpoint import target_linears
+from quantgate.tasks.model.codebook_format import target_linears
 
 
 @dataclass(frozen=True)

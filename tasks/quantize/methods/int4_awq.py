@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from quantgate.conf.methods import Int4Awq
-from quantgate.tasks.quantize.methods.wna16 import w4a16_groups
+from quantgate.tasks.quantize.wna16 import w4a16_groups
 
 NEEDS_CALIBRATION = True
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from quantgate.conf.methods import Int4Rtn
-from quantgate.tasks.quantize.methods.wna16 import w4a16_groups
+from quantgate.tasks.quantize.wna16 import w4a16_groups
 
 NEEDS_CALIBRATION = False
 

@@ -5,6 +5,10 @@ import pytest
 from quantgate.conf.schema import GateConf
 from quantgate.tasks.evaluate.perplexity import EvalResult, SlicePpl
 from quantgate.tasks.gate.decide import VariantScores, decide
+from quantgate.tasks.judge.reliability import JudgeVote
+
+COUNTS = JudgeVote(True, 0.5, "judge counts", min_decided=10, min_consistency=0.5)
+ADVISORY = JudgeVote(False, 0.5, "judge advisory: agreement 0.60", min_decided=10, min_consistency=0.5)
 
 
 def _eval(ppl, slices):
@@ -119,19 +123,18 @@ def test_worst_task_slice_gates_and_small_slices_do_not():
 
 
 def test_judge_blocks_only_when_its_reliability_earns_a_vote():
-    from quantgate.tasks.gate.decide import JudgeVote
 
     v = _with(_v("v", 10.0, {"domain=code": 8.0, "domain=math": 12.0}, 100), judge=_judge(0.40))
     counts = decide(BASE, [v], GateConf(), min_slice_tokens=100,
-                    judge_vote=JudgeVote(True, 0.5, "judge counts")).verdicts["v"]
+                    judge_vote=COUNTS).verdicts["v"]
     assert not counts.passed and counts.reasons == ["judge win-or-tie CI low 0.40 < 0.5"]
     advisory = decide(BASE, [v], GateConf(), min_slice_tokens=100,
-                      judge_vote=JudgeVote(False, 0.5, "judge advisory: agreement 0.60")).verdicts["v"]
+                      judge_vote=ADVISORY).verdicts["v"]
     assert advisory.passed and advisory.notes == ["judge advisory: agreement 0.60"]
     few = _with(v, judge=_judge(0.0, decided=4, consistency=0.14))  # a run where it rarely decides
     inconclusive = decide(BASE, [few], GateConf(), min_slice_tokens=100,
-                          judge_vote=JudgeVote(True, 0.5, "judge counts")).verdicts["v"]
+                          judge_vote=COUNTS).verdicts["v"]
     assert inconclusive.passed and inconclusive.notes[0].startswith("judge inconclusive: 4 decided")
     fine = _with(v, judge=_judge(0.55))
     assert decide(BASE, [fine], GateConf(), min_slice_tokens=100,
-                  judge_vote=JudgeVote(True, 0.5, "judge counts")).verdicts["v"].passed
+                  judge_vote=COUNTS).verdicts["v"].passed

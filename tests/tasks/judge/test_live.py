@@ -18,7 +18,7 @@ def judge(tmp_path_factory):
     gguf = packaged_judge_gguf(cache)
     log = tmp_path_factory.mktemp("judge") / "server.log"
     with local_judge_server(gguf, log_path=log, threads=2) as base:
-        yield ChatEndpoint(base, "judge")
+        yield ChatEndpoint(base, "judge", api_key_env=None, timeout_s=120, retries=3)
 
 
 def test_verdicts_are_strict_json_and_decided_ones_are_right(judge):

@@ -54,7 +54,8 @@ def server():
 
 
 def _endpoint(url, **kw):
-    return ChatEndpoint(url, "judge", backoff_s=0.01, **{"timeout_s": 2, "retries": 2, **kw})
+    return ChatEndpoint(url, "judge", backoff_s=0.01, **{"api_key_env": "QG_JUDGE_API_KEY", "timeout_s": 2,
+                                                       "retries": 2, **kw})
 
 
 def test_client_retries_5xx_and_garbage_then_succeeds(server):
@@ -72,7 +73,8 @@ def test_client_gives_up_with_the_error_instead_of_raising(server):
     script.replies = [(400, "bad request")]
     call = _endpoint(url).chat([{"role": "user", "content": "q"}])
     assert call.attempts == 1 and call.error.startswith("HTTP 400")  # a 4xx is not retried
-    call = ChatEndpoint("http://127.0.0.1:9/v1", "judge", retries=1, backoff_s=0.01).chat([])
+    call = ChatEndpoint("http://127.0.0.1:9/v1", "judge", api_key_env=None, timeout_s=2, retries=1,
+                        backoff_s=0.01).chat([])
     assert call.error.startswith("connection")
 
 

@@ -8,10 +8,11 @@ import torch
 from pydantic import TypeAdapter
 
 from quantgate.conf.methods import VariantSpec
+from quantgate.kernels.bf16_cpu import Bf16Linear, native_gemv
 from quantgate.kernels.codebook_linear import AqlmLinear
 from quantgate.kernels.int4_cpu import Int4CpuLinear, dequantize
 from quantgate.kernels.quip_cpu import QuipInt4CpuLinear
-from quantgate.tasks.model.fast_cpu import Bf16Linear, load_for_speed, native_gemv
+from quantgate.tasks.model.fast_cpu import load_for_speed
 from quantgate.tasks.model.load import load_causal_lm
 from quantgate.tasks.quantize.run import quantize_variant
 

@@ -14,6 +14,9 @@ from quantgate.tasks.perf.energy import (
 MAX_UJ = 262_143_328_850
 
 
+ALL = ("nvml", "rapl", "estimated")
+
+
 def _zone(path, name, energy_uj, max_uj=MAX_UJ):
     path.mkdir(parents=True, exist_ok=True)
     (path / "name").write_text(name + "\n")
@@ -98,7 +101,8 @@ def _has_cuda():
 
 @pytest.mark.skipif(_has_cuda(), reason="checks the CPU-only fallback; this machine has a CUDA device")
 def test_select_falls_back_to_estimate_with_reasons(tmp_path):
-    meter, skipped = select_meter(rapl_root=tmp_path / "no-powercap", watts_per_busy_core=3.0)
+    meter, skipped = select_meter(ALL, rapl_root=tmp_path / "no-powercap", watts_per_busy_core=3.0,
+                                  base_watts=20.0)
     assert isinstance(meter, EstimatedCpuMeter) and meter.method == "estimated"
     assert meter.watts_per_busy_core == 3.0
     assert skipped == ["nvml: no CUDA device", f"rapl: {tmp_path / 'no-powercap'} missing"]
@@ -106,19 +110,20 @@ def test_select_falls_back_to_estimate_with_reasons(tmp_path):
 
 @pytest.mark.skipif(_has_cuda(), reason="nvml must be skipped for rapl to be picked")
 def test_select_picks_rapl_after_nvml(tmp_path):
-    meter, skipped = select_meter(rapl_root=_rapl_tree(tmp_path))
+    meter, skipped = select_meter(ALL, rapl_root=_rapl_tree(tmp_path), watts_per_busy_core=4.0,
+                                  base_watts=20.0)
     assert isinstance(meter, RaplMeter)
     assert skipped == ["nvml: no CUDA device"]
 
 
 def test_select_raises_when_nothing_is_available(tmp_path):
     with pytest.raises(MeterUnavailable, match="rapl: .*no-powercap missing"):
-        select_meter(("rapl",), rapl_root=tmp_path / "no-powercap")
+        select_meter(("rapl",), rapl_root=tmp_path / "no-powercap", watts_per_busy_core=4.0, base_watts=20.0)
 
 
 def test_select_rejects_unknown_backend():
     with pytest.raises(ValueError, match="known: nvml, rapl, estimated"):
-        select_meter(("rapl", "wattmeter"))
+        select_meter(("rapl", "wattmeter"), watts_per_busy_core=4.0, base_watts=20.0)
 
 
 def test_j_per_token():

@@ -12,9 +12,9 @@ from pydantic import TypeAdapter
 
 from quantgate.conf.methods import VariantSpec
 from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear
+from quantgate.tasks.model.codebook_format import load_codebook_model
 from quantgate.tasks.model.load import load_causal_lm
 from quantgate.tasks.model.size import checkpoint_size
-from quantgate.tasks.quantize.codebook.checkpoint import load_codebook_model
 from quantgate.tasks.quantize.run import quantize_variant
 
 from factories import calibration_file, mixed_records, tiny_llama

@@ -27,8 +27,6 @@ from safetensors.torch import load_file, save_file
 
 from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear
 
-CODEBOOK_METHODS = ("quip_sharp", "aqlm")
-
 
 def target_linears(model: torch.nn.Module, ignore: tuple[str, ...]) -> dict[str, torch.nn.Linear]:
     """The Linear layers a method quantizes: every Linear whose name matches no `ignore` entry."""
