@@ -68,6 +68,17 @@ def variant_dir(state_dir: str | Path, spec: VariantSpec, *, model_digest: str, 
     return str(Path(state_dir) / "variants" / f"{spec.name}-{digest}")
 
 
+def computed_with(threads: int) -> dict[str, Any]:
+    """What a result depends on besides its inputs: equal inputs give equal bytes only with the same
+    thread count, CPU instruction set and library versions (float reductions change with them)."""
+    import platform
+
+    return {"torch_threads": threads, "observed_threads": torch.get_num_threads(),
+            "cpu": platform.processor() or platform.machine(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "torch": torch.__version__,
+            "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
 def check_group_size(model: torch.nn.Module, spec: VariantSpec) -> None:
     group = getattr(spec, "group_size", None)
     if group is None:
@@ -83,8 +94,11 @@ def check_group_size(model: torch.nn.Module, spec: VariantSpec) -> None:
 
 
 def quantize_variant(
-    spec: VariantSpec, *, model_path: str, calibration_path: str, out_dir: str, max_seq_len: int
+    spec: VariantSpec, *, model_path: str, calibration_path: str, out_dir: str, max_seq_len: int,
+    threads: int,
 ) -> QuantizeResult:
+    """`threads`: the torch threads this runs with (set by the caller), recorded with the result:
+    float reductions are ordered by the thread count, so it is part of what the result depends on."""
     out = Path(out_dir)
     if (out / "DONE").is_file():
         record = json.loads((out / VARIANT_RECORD).read_text())
@@ -116,7 +130,8 @@ def quantize_variant(
         raise QuantizeError(f"variants[{spec.name}]: {exc}") from exc
     seconds = time.perf_counter() - start
     record = {"spec": spec.model_dump(mode="json"), "seconds": seconds, "model": model_path,
-              "calibration": calibration_path, "samples": len(dataset or []), "notes": notes}
+              "calibration": calibration_path, "samples": len(dataset or []), "notes": notes,
+              "computed_with": computed_with(threads)}
     (tmp / VARIANT_RECORD).write_text(json.dumps(record, indent=1))
     (tmp / "DONE").touch()
     shutil.rmtree(out, ignore_errors=True)

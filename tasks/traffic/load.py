@@ -2,12 +2,18 @@
 
 A bad line never stops a run: it is recorded with its line number and reason (and a
 redacted excerpt) in the quarantine list, and counted. PII is redacted here, before any
-text is written anywhere.
+text is written anywhere, in every field that is kept: every message of every role (tool-call
+arguments included), the served answer, the request id, and the tenant and labels, which become
+slice names in metric names. An excerpt is redacted whole first and cut after, never through a
+placeholder. An identifier or slice value that is not safe to show (PII in it, or characters a
+metric name cannot carry) is replaced by a stable hash of itself, so slices and ids stay distinct.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,11 +21,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from quantgate.tasks.traffic.redact import redact
+from quantgate.tasks.traffic.redact import cut_redacted, redact
 from quantgate.tasks.traffic.schema import TrafficRecord
 from quantgate.tasks.traffic.slices import infer_domain, infer_lang, length_bucket
 
 EXCERPT_CHARS = 300
+_SAFE_VALUE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -68,8 +75,9 @@ def load_traffic(path: Path, *, max_line_bytes: int, length_buckets: Sequence[in
             lines += 1
             request, reason = _parse_line(raw, max_line_bytes, length_buckets, seen, pii)
             if request is None:
-                excerpt = redact(raw[:EXCERPT_CHARS].decode("utf-8", errors="replace")).text
-                bad.append(Quarantined(line=number, reason=reason, excerpt=excerpt.rstrip("\n")))
+                excerpt = redact(raw.decode("utf-8", errors="replace").rstrip("\n")).text
+                bad.append(Quarantined(line=number, reason=redact(reason).text,
+                                       excerpt=cut_redacted(excerpt, EXCERPT_CHARS)))
             else:
                 requests.append(request)
     if not requests:
@@ -104,6 +112,18 @@ def _parse_line(
     return _to_request(record, buckets, pii), ""
 
 
+def _stable_hash(value: str) -> str:
+    return "h-" + hashlib.sha256(value.encode()).hexdigest()[:12]
+
+
+def safe_value(value: str, pii: Counter[str] | None = None) -> str:
+    """`value` when it is safe to show as an id or in a metric name, else its stable hash."""
+    r = redact(value)
+    if pii is not None:
+        pii.update(r.counts)
+    return value if r.text == value and _SAFE_VALUE.fullmatch(value) else _stable_hash(value)
+
+
 def _to_request(record: TrafficRecord, buckets: Sequence[int], pii: Counter[str]) -> Request:
     def clean(text: str) -> str:
         r = redact(text)
@@ -122,12 +142,12 @@ def _to_request(record: TrafficRecord, buckets: Sequence[int], pii: Counter[str]
     if lang is None:
         lang, inferred = infer_lang(user_text), [*inferred, "lang"]
     slices = {
-        "tenant": record.tenant,
-        "domain": domain,
-        "lang": lang,
+        "tenant": safe_value(record.tenant, pii),
+        "domain": safe_value(domain, pii),
+        "lang": safe_value(lang, pii),
         "length": length_bucket(sum(len(m["content"]) for m in messages), buckets),
     }
-    return Request(record.id, messages, clean(record.answer()), slices, tuple(inferred))
+    return Request(safe_value(record.id, pii), messages, clean(record.answer()), slices, tuple(inferred))
 
 
 def write_requests(path: Path, requests: Sequence[Request]) -> None:

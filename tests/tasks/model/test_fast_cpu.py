@@ -35,7 +35,7 @@ def model96(tmp_path_factory) -> str:
 
 def _quantize(spec: dict, base: str, calibration: str, out) -> str:
     return quantize_variant(SPEC.validate_python(spec), model_path=base, calibration_path=calibration,
-                            out_dir=str(out / spec["name"]), max_seq_len=64).checkpoint
+                            out_dir=str(out / spec["name"]), max_seq_len=64, threads=1).checkpoint
 
 
 def _ids() -> torch.Tensor:

@@ -41,7 +41,7 @@ def quantized(model96, calibration, tmp_path_factory):
     paths = {}
     for spec in (QUIP, AQLM, {"name": "r", "method": "int2_rtn", "group_size": 32}):
         res = quantize_variant(SPEC.validate_python(spec), model_path=model96, calibration_path=calibration,
-                               out_dir=str(out / spec["name"]), max_seq_len=64)
+                               out_dir=str(out / spec["name"]), max_seq_len=64, threads=1)
         paths[spec["method"]] = res.checkpoint
     return paths
 
@@ -99,7 +99,8 @@ def test_record_has_the_methods_notes(quantized):
 @pytest.mark.parametrize("spec", [QUIP, AQLM], ids=["quip", "aqlm"])
 def test_an_exhausted_budget_still_saves_a_whole_model_and_says_so(spec, model96, calibration, tmp_path):
     res = quantize_variant(SPEC.validate_python(spec | {"time_budget_s": 1e-6}), model_path=model96,
-                           calibration_path=calibration, out_dir=str(tmp_path / "v"), max_seq_len=64)
+                           calibration_path=calibration, out_dir=str(tmp_path / "v"), max_seq_len=64,
+                           threads=1)
     notes = json.loads((tmp_path / "v" / "quantgate_variant.json").read_text())["notes"]
     assert notes["cheap_layers"] == notes["layers"] == 14
     assert notes["budget"].startswith("exhausted")

@@ -39,7 +39,7 @@ def test_method_writes_a_reloadable_checkpoint_close_to_baseline(
 ):
     out = tmp_path / spec["name"]
     res = quantize_variant(SPEC.validate_python(spec), model_path=tiny_model,
-                           calibration_path=calibration, out_dir=str(out), max_seq_len=64)
+                           calibration_path=calibration, out_dir=str(out), max_seq_len=64, threads=1)
     assert not res.reused and (out / "DONE").is_file()
     ids = torch.randint(0, 300, (1, 24))
     base, quant = _logits(tiny_model, ids), _logits(str(out), ids)
@@ -48,12 +48,12 @@ def test_method_writes_a_reloadable_checkpoint_close_to_baseline(
     assert rel < 0.2, rel
     assert checkpoint_size(str(out)).bits_per_weight < max_bpw
     again = quantize_variant(SPEC.validate_python(spec), model_path=tiny_model,
-                             calibration_path=calibration, out_dir=str(out), max_seq_len=64)
+                             calibration_path=calibration, out_dir=str(out), max_seq_len=64, threads=1)
     assert again.reused and again.checkpoint == res.checkpoint
 
 
 def test_kv_fp8_really_quantizes_the_kv_cache(tiny_model, calibration, tmp_path):
-    kw = {"model_path": tiny_model, "calibration_path": calibration, "max_seq_len": 64}
+    kw = {"model_path": tiny_model, "calibration_path": calibration, "max_seq_len": 64, "threads": 1}
     quantize_variant(SPEC.validate_python({"name": "f", "method": "fp8_w8a8"}),
                      out_dir=str(tmp_path / "f"), **kw)
     quantize_variant(SPEC.validate_python({"name": "k", "method": "kv_fp8", "num_samples": 4}),
@@ -75,12 +75,12 @@ def test_group_size_that_does_not_divide_fails_with_the_key(tiny_model, calibrat
     spec = SPEC.validate_python({"name": "bad", "method": "int4_rtn", "group_size": 48})
     with pytest.raises(QuantizeError, match=r"variants\[bad\]\.group_size=48 does not divide"):
         quantize_variant(spec, model_path=tiny_model, calibration_path=calibration,
-                         out_dir=str(tmp_path / "bad"), max_seq_len=64)
+                         out_dir=str(tmp_path / "bad"), max_seq_len=64, threads=1)
 
 
 def test_same_inputs_give_the_same_checkpoint(tiny_model, calibration, tmp_path):
     spec = SPEC.validate_python({"name": "k", "method": "kv_fp8", "num_samples": 8})
-    kw = {"model_path": tiny_model, "calibration_path": calibration, "max_seq_len": 64}
+    kw = {"model_path": tiny_model, "calibration_path": calibration, "max_seq_len": 64, "threads": 1}
     a = quantize_variant(spec, out_dir=str(tmp_path / "a"), **kw)
     b = quantize_variant(spec, out_dir=str(tmp_path / "b"), **kw)
     files = [Path(x.checkpoint) / "model.safetensors" for x in (a, b)]

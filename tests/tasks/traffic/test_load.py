@@ -95,3 +95,51 @@ def test_shipped_demo_log_meets_its_contract():
 def test_mixed_factory_loads_cleanly(tmp_path):
     loaded = _load(write_traffic(tmp_path / "t.jsonl", mixed_records(30)))
     assert len(loaded.requests) == 30 and not loaded.quarantined
+
+
+def test_excerpts_are_redacted_whole_then_cut_never_leaving_a_prefix(tmp_path):
+    # A bad line whose e-mail straddles the excerpt's cut: cutting first would keep "jane.doe@exa".
+    pad = "x" * (300 - len('{"id": ') - 12)
+    line = ('{"id": ' + pad + ' jane.doe@example.com and more').encode()
+    loaded = _load(write_traffic(tmp_path / "t.jsonl", [record(0)], [line]))
+    (q,) = loaded.quarantined
+    assert len(q.excerpt) <= 300 and "jane" not in q.excerpt and "@" not in q.excerpt
+    assert not q.excerpt.endswith(("[", "[EM", "[EMAIL"))  # no partial placeholder either
+
+
+def test_ids_tenants_and_labels_never_carry_pii_into_slice_names(tmp_path):
+    recs = [{**record(0), "id": "jane.doe@example.com", "tenant": "bob@corp.example.com"},
+            {**record(1), "tenant": "bob@corp.example.com",
+             "labels": {"domain": "call +1 415 555 0132", "lang": "en"}},
+            {**record(2), "tenant": "team with spaces"}]
+    loaded = _load(write_traffic(tmp_path / "t.jsonl", recs))
+    a, b, c = loaded.requests
+    dump = json.dumps([[r.id, r.slices] for r in loaded.requests])
+    for secret in ("jane", "bob", "415", "spaces"):
+        assert secret not in dump
+    assert a.id.startswith("h-") and a.slices["tenant"] == b.slices["tenant"]  # stable: one slice
+    assert b.slices["domain"].startswith("h-") and c.slices["tenant"].startswith("h-")
+    assert a.slices["tenant"] != c.slices["tenant"]
+    assert loaded.pii["email"] >= 3 and loaded.pii["phone"] >= 1
+
+
+def _call(name, arguments):
+    return {"id": f"call-{name}", "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def test_tool_calls_are_accepted_and_their_arguments_redacted(tmp_path):
+    rec = record(0)
+    rec["request"]["messages"] = [
+        {"role": "system", "content": "Admin contact: ops@example.org"},
+        {"role": "user", "content": "Find orders for +33 6 12 34 56 78 (415) 555-3004"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [_call("find_orders", '{"email": "jane.doe@example.com"}')]},
+        {"role": "tool", "content": "[]"}]
+    answer = {"role": "assistant", "content": None, "tool_calls": [_call("notify", '{"ip": "10.1.2.3"}')]}
+    rec["response"] = {"choices": [{"message": answer}]}
+    (r,) = _load(write_traffic(tmp_path / "t.jsonl", [rec])).requests
+    text = json.dumps(r.messages) + r.answer
+    for secret in ("ops@", "jane.doe", "10.1.2.3", "555-3004", "12 34 56 78"):
+        assert secret not in text
+    assert '"name": "find_orders"' in r.messages[2]["content"] and "notify" in r.answer
+    assert r.messages[1]["content"] == "Find orders for [PHONE] [PHONE]"
