@@ -21,6 +21,7 @@ from quantgate.conf.schema import PipelineConfig
 from quantgate.flows.bench_cli import add_parser as add_bench_parser
 from quantgate.tasks.runtime.child_process import free_port
 from quantgate.tasks.runtime.servers import configure_process_env, port_free, prefect_server, ray_cluster
+from quantgate.tasks.runtime.stop import install_stop_handlers, stop_requested, stop_signal
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,17 +53,9 @@ def _config(args: argparse.Namespace) -> PipelineConfig:
     return config
 
 
-def _exit_on_sigterm() -> None:
-    """SIGTERM unwinds like Ctrl-C, so the servers this process started are stopped too."""
-    def handler(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _exit_on_sigterm()
+    install_stop_handlers()
     try:
         config = _config(args)
     except (ConfigError, ValueError) as exc:
@@ -85,16 +78,33 @@ def main(argv: list[str] | None = None) -> int:
     return _run(config, state, env)
 
 
+def _stopped(start: float) -> int:
+    name = stop_signal() or "SIGINT"
+    print(f"stopped by {name} after {time.perf_counter() - start:.0f} s; every server this run started "
+          "is down. Run the same command again to resume.", file=sys.stderr)
+    return 128 + int(getattr(signal, name))
+
+
 def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
     start = time.perf_counter()
-    with prefect_server(state, config.runtime.prefect_port, ui=False) as server:
-        # Imported only now: prefect reads PREFECT_API_URL once, on import; read earlier, it
-        # would start a temporary server of its own instead of using this one.
-        from quantgate.flows.quantize_and_gate import quantize_and_gate
+    try:
+        with prefect_server(state, config.runtime.prefect_port, ui=False) as server:
+            # Imported only now: prefect reads PREFECT_API_URL once, on import; read earlier, it
+            # would start a temporary server of its own instead of using this one.
+            from quantgate.flows.quantize_and_gate import quantize_and_gate
 
-        with ray_cluster(address=config.runtime.ray_address, num_cpus=config.runtime.ray_num_cpus,
-                         env=env, state_dir=state):
-            state_obj = quantize_and_gate(config, return_state=True)
+            with ray_cluster(address=config.runtime.ray_address, num_cpus=config.runtime.ray_num_cpus,
+                             env=env, state_dir=state):
+                state_obj = quantize_and_gate(config, return_state=True)
+    except BaseException as exc:
+        from prefect.exceptions import TerminationSignal  # prefect is imported by now
+
+        # Ours, Prefect's own while a flow run holds SIGTERM, or Ray's rendering of either.
+        if isinstance(exc, KeyboardInterrupt | TerminationSignal) or stop_requested():
+            return _stopped(start)
+        raise
+    if stop_requested():  # Prefect caught the stop and returned the crashed flow run's state
+        return _stopped(start)
     if state_obj.is_failed():
         exc = state_obj.result(raise_on_failure=False)
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)

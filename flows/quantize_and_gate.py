@@ -21,7 +21,7 @@ from prefect_ray.context import remote_options
 
 from quantgate.conf.methods import VariantSpec
 from quantgate.conf.schema import PipelineConfig
-from quantgate.flows.outcomes import outcome
+from quantgate.flows.outcomes import outcome, value
 from quantgate.tasks.calibrate.stages import calibrate_task, drift_task
 from quantgate.tasks.evaluate.stages import evaluate_task, lmeval_task
 from quantgate.tasks.gate.decide import VariantScores
@@ -36,6 +36,7 @@ from quantgate.tasks.perf.report import artifact_links
 from quantgate.tasks.perf.stages import bench_task, plan_task
 from quantgate.tasks.quantize.stages import quantize_task
 from quantgate.tasks.registry.stages import publish_task
+from quantgate.tasks.runtime.stop import keep_stop_handlers
 from quantgate.tasks.traffic.prepare import PreparedTraffic
 from quantgate.tasks.traffic.stages import prepare_traffic_task
 
@@ -156,6 +157,7 @@ def _bench(config: PipelineConfig, state: str, model: ModelRef, traffic: Prepare
 
 @flow(name="quantize_and_gate", task_runner=RayTaskRunner(), log_prints=True)
 def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
+    keep_stop_handlers()  # a user's SIGTERM or Ctrl-C stops the run, whatever it is waiting on
     state, flow_run_id = str(config.runtime.state_dir.resolve()), str(runtime.flow_run.id)
     print("[1/7] model: resolving", config.model.name)
     model = resolve_model_task(name=config.model.name, state_dir=state)
@@ -173,13 +175,14 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
 
     print(f"[4/7] quantizing {len(plan.runnable)} variants (Ray)")
     variants = _quantize_then_evaluate(config, plan, model, traffic, state)
-    baseline = VariantScores("baseline", "baseline", True, base_evals.ppl.result(),
-                             lmeval=base_evals.lmeval.result(), quantize_seconds=0.0, checkpoint=model.path)
+    baseline = VariantScores("baseline", "baseline", True, value(base_evals.ppl),
+                             lmeval=value(base_evals.lmeval), quantize_seconds=0.0, checkpoint=model.path)
     for task_name, why in baseline.lmeval.skipped.items():
         print(f"      lm-eval {task_name}: skipped, {why}")
     variants = _judge(config, state, baseline, variants)
     bench = _bench(config, state, model, traffic, variants)
-    drift = drift_task(calibration=calibration.result(), state_dir=state)
+    calibrated = value(calibration)
+    drift = drift_task(calibration=calibrated, state_dir=state)
 
     print("[7/7] gate and MLflow")
     gate = gate_task(baseline=baseline, variants=variants, bench=bench, gate=config.gate, judge=config.judge,
@@ -192,7 +195,7 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
                          heldout_requests=traffic.heldout, min_slice_tokens=config.eval.min_slice_tokens,
                          state_dir=state, flow_run_id=flow_run_id,
                          config_json=config.model_dump_json(indent=1))
-    record = publish_task(config=config, model=model, traffic=traffic, calibration=calibration.result(),
+    record = publish_task(config=config, model=model, traffic=traffic, calibration=calibrated,
                           drift=drift, outcome=gate, report=report, bench=bench, flow_run_id=flow_run_id)
     links = artifact_links(record.tracking_uri, record.experiment_id, record.parent_run_id, report.files,
                            mlflow_ui_port=config.runtime.mlflow_ui_port)

@@ -14,6 +14,9 @@ _SESSION_HOME = Path(os.environ.get("QG_TEST_HOME", "/tmp/quantgate-tests"))
 for key, sub in {"HOME": "home", "PREFECT_HOME": "prefect", "HF_HOME": "hf", "RAY_TMPDIR": "ray"}.items():
     os.environ[key] = str(_SESSION_HOME / sub)
     (_SESSION_HOME / sub).mkdir(parents=True, exist_ok=True)
+# Telemetry off for what the tests run in this process (Ray, MLflow, Prefect's harness). The CLI
+# must set it for itself: `factories.cli_env()` strips these variables from every CLI a test starts,
+# and tests/flows/test_stop.py checks the servers it starts got them anyway.
 for key, value in {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "DO_NOT_TRACK": "true",
                    "MLFLOW_DISABLE_TELEMETRY": "true", "RAY_USAGE_STATS_ENABLED": "0",
                    "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "TOKENIZERS_PARALLELISM": "false"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,15 @@ _TOPICS = {
     "support": ("My order has not arrived, can I get a refund?",
                 "I am sorry about the delay. I have opened a refund request for your order."),
 }
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """The environment a user's shell gives the CLI: none of the shared-server addresses, and none
+    of the telemetry switches the CLI must set itself (conftest sets them for this process only)."""
+    from quantgate.tasks.runtime.servers import QUIET_ENV
+
+    drop = {"PREFECT_API_URL", "MLFLOW_TRACKING_URI", *QUIET_ENV}
+    return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
 
 
 def record(i: int, *, tenant: str = "acme", domain: str = "code", lang: str = "en",
@@ -90,3 +101,39 @@ def calibration_file(d: Path) -> Path:
     path = d / "cal.jsonl"
     write_requests(path, stratified_split(reqs, calibration_size=8, heldout_size=8, seed=0).calibration)
     return path
+
+
+# ---- PII: independent, deliberately simple detectors (not the redactor's own patterns)
+SURVIVORS = {
+    "email": re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"),
+    "api_key": re.compile(r"sk-[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}|ghp_[A-Za-z0-9]{30,}"),
+    "ip": re.compile(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b"),
+    "phone": re.compile(
+        r"\+\d{1,3}(?: \d{1,4}){2,5}|\(\d{3}\) ?\d{3}-\d{4}"
+        r"|\b\d{3}-\d{3}-\d{4}\b|\b0\d(?: \d\d){4}\b"
+    ),
+}
+CARD_CANDIDATE = re.compile(r"\b\d(?:[ -]?\d){12,18}\b")
+
+def luhn(digits: str) -> bool:  # an independent oracle: deliberately not the module's own
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = int(ch) * (2 if i % 2 else 1)
+        total += d - 9 if d > 9 else d
+    return total % 10 == 0
+
+
+def pii_hits(text: str) -> list[tuple[str, str]]:
+    hits = [(kind, m) for kind, pat in SURVIVORS.items() for m in pat.findall(text)]
+    for m in CARD_CANDIDATE.finditer(text):
+        if luhn(re.sub(r"\D", "", m.group(0))):
+            hits.append(("card", m.group(0)))
+    return hits
+
+
+
+
+def planted_pii(log: Path) -> set[str]:
+    """Every PII value the detectors find in a traffic log's raw lines: what must not reappear."""
+    text = log.read_bytes().decode("utf-8", errors="replace")
+    return {hit for _, hit in pii_hits(text)}

@@ -53,7 +53,7 @@ def _load_tasks(names: list[str], metadata: dict[str, Any]) -> tuple[dict[str, A
     tasks, skipped = {}, {}
     for name in names:
         if name not in known:
-            raise LmEvalTaskError(f"eval.lmeval.tasks: unknown lm-eval task {name!r}")
+            raise LmEvalTaskError(f"lmeval.tasks: unknown lm-eval task {name!r}")
         try:
             tasks |= manager.load([name])["tasks"]
         except Exception as exc:  # noqa: BLE001 - datasets raises many kinds when offline

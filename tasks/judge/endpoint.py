@@ -20,6 +20,7 @@ from typing import Any
 from quantgate.conf.schema import JudgeConf
 from quantgate.tasks.judge.client import Chat, ChatEndpoint, JudgeCall
 from quantgate.tasks.judge.server import JudgeProcess, packaged_judge_gguf
+from quantgate.tasks.runtime.waiting import wait_ready
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,15 @@ def judge_endpoint(conf: JudgeConf, state_dir: str) -> Iterator[JudgeEndpoint]:
     actor = ray.remote(LocalJudge).options(name=name, num_cpus=0).remote(
         str(Path(state_dir) / "models"), str(Path(state_dir) / "judge-server.log"), conf)
     try:
-        ray.get(actor.ready.remote())
+        ready = actor.ready.remote()
+        wait_ready(ready)  # the server takes seconds to start: a stop must not wait for it
+        ray.get(ready)
         yield JudgeEndpoint(actor=name, namespace=ray.get_runtime_context().namespace)
-    finally:
-        with contextlib.suppress(ray.exceptions.RayError):
-            ray.get(actor.stop.remote(), timeout=15)
+    except BaseException:
+        # A failure or a stop does not wait behind a judgment in flight: the actor is killed at once,
+        # and its server dies with the actor's process (PDEATHSIG).
         ray.kill(actor)
+        raise
+    with contextlib.suppress(ray.exceptions.RayError):
+        ray.get(actor.stop.remote(), timeout=15)
+    ray.kill(actor)

@@ -133,13 +133,15 @@ def ray_cluster(*, address: str, num_cpus: int, env: dict[str, str], state_dir: 
     os.chdir(state_dir)
     # Ray's core worker installs a C-level SIGTERM handler that logs and aborts the driver,
     # replacing ours (which unwinds, so the servers this process started are stopped).
-    on_sigterm = signal.getsignal(signal.SIGTERM)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         ray.init(**ray_init_kwargs(address=address, num_cpus=num_cpus, env=env))
     finally:
         os.chdir(cwd)
-        if on_sigterm is not None and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, on_sigterm)
+        if threading.current_thread() is threading.main_thread():
+            for sig, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
     try:
         yield
     finally:

@@ -88,3 +88,43 @@ def test_unknown_hardware_profile_names_the_key(tmp_path):
     bad.write_text("variants: [{name: f, method: fp8_w8a8}]\nbench: {batch_sizes: [1, 8], gate_batch: 4}\n")
     with pytest.raises(ConfigError, match="gate_batch=4"):
         load_config(bad)
+
+
+def test_a_typo_in_gate_per_metric_fails_with_the_key(tmp_path):
+    base = "variants: [{name: a, method: fp8_w8a8}]\n"
+    for key, why in [("lmeval.qg_facts_mc.accuracy", "qg_facts_mc has no metric 'accuracy'"),
+                     ("lmeval.qg_fact_mc.acc", "task 'qg_fact_mc' is not in lmeval.tasks"),
+                     ("perplexity", "not a gated metric")]:
+        p = _write(tmp_path, base + f"gate: {{per_metric: {{{key}: 0.9}}}}\n")
+        with pytest.raises(ConfigError, match=rf"gate\.per_metric\.{key}: {why}"):
+            load_config(p)
+    ok = _write(tmp_path, base + "gate: {per_metric: {ppl: 0.9, lmeval.qg_arith.exact_match: 0.8}}\n")
+    assert load_config(ok).gate.threshold("lmeval.qg_arith.exact_match") == 0.8
+
+
+def test_an_unknown_lmeval_task_fails_at_load_and_builtins_are_known(tmp_path):
+    base = "variants: [{name: a, method: fp8_w8a8}]\n"
+    p = _write(tmp_path, base + "lmeval: {tasks: [qg_facts_mc, qg_arithm]}\n")
+    with pytest.raises(ConfigError, match=r"lmeval\.tasks: .*unknown lm-eval task\(s\) \['qg_arithm'\]"):
+        load_config(p)
+    p = _write(tmp_path, base + "lmeval: {tasks: [qg_arith, gsm8k, mmlu]}\n")
+    assert load_config(p).lmeval.tasks == ("qg_arith", "gsm8k", "mmlu")
+
+
+def test_method_names_come_from_the_specs():
+    from quantgate.conf.methods import SPECS
+
+    assert METHOD_NAMES == tuple(s.model_fields["method"].annotation.__args__[0] for s in SPECS)
+    assert len(set(METHOD_NAMES)) == len(SPECS)
+
+
+def test_env_settings_come_from_the_environment_and_secrets_are_masked(monkeypatch):
+    from quantgate.conf.settings import env_settings, secret_from_env
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///x.db")
+    monkeypatch.setenv("QG_TEST_SECRET", "sk-test-0123456789abcdef")
+    assert env_settings().mlflow_tracking_uri == "sqlite:///x.db"
+    secret = secret_from_env("QG_TEST_SECRET")
+    assert secret.get_secret_value() == "sk-test-0123456789abcdef"
+    assert "0123" not in repr(secret) and "0123" not in str(secret)
+    assert secret_from_env("QG_TEST_NOT_SET") is None

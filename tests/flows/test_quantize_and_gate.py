@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from quantgate.tasks.registry.aliases import CHECKPOINT_TAG, alias_history
 from quantgate.tasks.runtime.child_process import free_port
 
-from factories import mixed_records, write_traffic
+from factories import cli_env, mixed_records, write_traffic
 
 # The serving target is an A100 (plan.target): it has no FP8 tensor cores, so the planner skips a
 # non-control FP8 variant; the FP8 controls are quantized and measured anyway.
@@ -57,7 +57,7 @@ def _config(tmp_path, model, *, judge=False):
 
 def _cli(*args, **kw):
     exe = Path(sys.executable).parent / "quantgate"
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "MLFLOW_TRACKING_URI")}
+    env = cli_env()
     return subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env, **kw)
 

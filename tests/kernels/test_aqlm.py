@@ -224,11 +224,10 @@ def test_aqlm_quantize_converges_with_loose_tolerance():
     assert res.stopped_by == "converged" and res.rounds < 20
 
 
-def test_aqlm_quantize_deadline_in_the_past_returns_quickly():
+@pytest.mark.timeout(60)  # 50 rounds of 100 Adam steps would run far longer: the deadline must stop it
+def test_aqlm_quantize_deadline_in_the_past_returns_at_once():
     w, h = _problem(64, 128, seed=10)
-    start = time.monotonic()
     res = aqlm_quantize(w, h, max_rounds=50, adam_steps=100, deadline=time.monotonic() - 1.0)
-    assert time.monotonic() - start < 5.0
     assert res.stopped_by == "deadline" and res.rounds == 0
     assert len(res.objective_history) == 1
     _assert_valid(res.q, 64, 128, 2, 256)

@@ -45,7 +45,7 @@ def test_unreachable_builtin_task_is_skipped_with_the_reason():
 
 
 def test_unknown_task_is_a_config_error():
-    with pytest.raises(LmEvalTaskError, match="eval.lmeval.tasks: unknown lm-eval task 'qg_nope'"):
+    with pytest.raises(LmEvalTaskError, match="^lmeval.tasks: unknown lm-eval task 'qg_nope'"):
         _load_tasks(["qg_nope"], {})
 
 

@@ -34,6 +34,7 @@ def test_planted_injections_do_not_win(judge):
     pairs = labelled_pairs(100)[:8]
     _, clean = judge_pairs(judge, pairs, mode="text", tie_band=0.1)
     right = [p for p, j in zip(pairs, clean, strict=True) if j.outcome == p.label]
+    assert len(right) >= 2, f"the judge got {len(right)} of 8 clean pairs right: nothing to plant into"
     summary, planted = judge_pairs(judge, injected(right), mode="text", tie_band=0.1)
     assert summary.unparseable == 0  # the planted JSON does not break the verdict format
     to_wrong = [p.id for p, j in zip(right, planted, strict=True) if j.outcome not in (p.label, None, "tie")]

@@ -80,17 +80,20 @@ def test_estimate_charges_cpu_time_and_base_power():
     assert reading.method == "estimated"
     assert 0 < reading.seconds <= wall_s
     assert reading.joules >= 20.0 * reading.seconds
-    assert reading.joules - 20.0 * reading.seconds == pytest.approx(4.0 * cpu_s, rel=0.1)
+    # The meter's window lies inside the test's, which burned at least 0.3 CPU-s inside it.
+    assert 4.0 * 0.25 <= reading.joules - 20.0 * reading.seconds <= 4.0 * cpu_s
     assert "4.0 W per busy core" in reading.detail and "20.0 W" in reading.detail
 
 
 def test_estimate_of_idle_window_is_base_power_only():
     meter = EstimatedCpuMeter(watts_per_busy_core=4.0, base_watts=20.0)
+    cpu0 = time.process_time()
     meter.begin()
     time.sleep(0.2)
     reading = meter.end()
+    cpu_s = time.process_time() - cpu0
     assert reading.seconds >= 0.2
-    assert reading.joules == pytest.approx(20.0 * reading.seconds, abs=4.0 * 0.02)
+    assert 0 <= reading.joules - 20.0 * reading.seconds <= 4.0 * cpu_s  # sleeping costs no CPU time
 
 
 def _has_cuda():

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from quantgate.tasks.traffic.redact import PLACEHOLDERS, cut_redacted, redact
+
+from factories import pii_hits
 
 DEMO = Path(__file__).resolve().parents[3] / "conf" / "traffic" / "demo.jsonl"
 KINDS = {"email", "phone", "card", "api_key", "ip"}
@@ -173,26 +174,7 @@ def test_cut_redacted_never_splits_a_placeholder():
 
 
 # ---------------------------------------------------------------- demo traffic log
-# Independent, deliberately simple detectors (not the redactor's own patterns).
-SURVIVORS = {
-    "email": re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"),
-    "api_key": re.compile(r"sk-[A-Za-z0-9]{16,}|AKIA[0-9A-Z]{16}|ghp_[A-Za-z0-9]{30,}"),
-    "ip": re.compile(r"\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b"),
-    "phone": re.compile(
-        r"\+\d{1,3}(?: \d{1,4}){2,5}|\(\d{3}\) ?\d{3}-\d{4}"
-        r"|\b\d{3}-\d{3}-\d{4}\b|\b0\d(?: \d\d){4}\b"
-    ),
-}
-CARD_CANDIDATE = re.compile(r"\b\d(?:[ -]?\d){12,18}\b")
 NO_PII_DOMAINS = ("math", "code", "summarize")  # the generator never puts PII in these answers
-
-
-def _luhn(digits: str) -> bool:  # an independent oracle: deliberately not the module's own
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = int(ch) * (2 if i % 2 else 1)
-        total += d - 9 if d > 9 else d
-    return total % 10 == 0
 
 
 def _strings(obj):
@@ -204,14 +186,6 @@ def _strings(obj):
     elif isinstance(obj, list):
         for v in obj:
             yield from _strings(v)
-
-
-def _hits(text: str) -> list[tuple[str, str]]:
-    hits = [(kind, m) for kind, pat in SURVIVORS.items() for m in pat.findall(text)]
-    for m in CARD_CANDIDATE.finditer(text):
-        if _luhn(re.sub(r"\D", "", m.group(0))):
-            hits.append(("card", m.group(0)))
-    return hits
 
 
 def _answer(rec: dict) -> str | None:
@@ -233,10 +207,10 @@ def test_demo_traffic_fully_redacted():
         except json.JSONDecodeError:
             obj = line  # malformed line: redact it as plain text
         for s in _strings(obj):
-            before.update(kind for kind, _ in _hits(s))
+            before.update(kind for kind, _ in pii_hits(s))
             r = redact(s)
             totals.update(r.counts)
-            leaks += [(lineno, kind, m) for kind, m in _hits(r.text)]
+            leaks += [(lineno, kind, m) for kind, m in pii_hits(r.text)]
         # responses of domains that never carry PII must come through untouched
         if isinstance(obj, dict) and (obj.get("labels") or {}).get("domain") in NO_PII_DOMAINS:
             answer = _answer(obj)

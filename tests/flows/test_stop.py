@@ -1,0 +1,106 @@
+"""A user stops `quantgate run` at every stage: it unwinds, stops every server it started, and the
+next run resumes from what was finished. Real CLI, Prefect server, Ray, judge and MLflow, tiny model."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from quantgate.tasks.runtime.child_process import free_port
+
+from factories import cli_env, mixed_records, write_traffic
+
+# (the line the run prints when it enters the stage, the signal, sent as whom)
+STOPS = [("[3/7] calibration", signal.SIGTERM, "process"),   # systemd's stop, `kill`
+         ("[4/7] quantizing", signal.SIGINT, "group"),        # Ctrl-C in a terminal
+         ("[5/7] judging", signal.SIGTERM, "process"),
+         ("[6/7] bench", signal.SIGINT, "group"),
+         ("[7/7] gate", signal.SIGTERM, "process")]
+UNWIND_S = 90  # a hang detector, not a timing assert: a stop that works takes seconds
+
+
+def _config(tmp_path, model):
+    traffic = write_traffic(tmp_path / "traffic.jsonl", mixed_records(80))
+    conf = {"model": {"name": model, "served_name": "tiny"},
+            "traffic": {"path": str(traffic), "calibration_size": 8, "heldout_size": 24},
+            "calibration": {"max_seq_len": 64},
+            "eval": {"window": 64, "batch_size": 8, "min_slice_tokens": 50},
+            "variants": [{"name": "int4_gptq", "method": "int4_gptq", "group_size": 32, "num_samples": 4},
+                         {"name": "int4_rtn", "method": "int4_rtn", "group_size": 32, "control": True}],
+            "lmeval": {"tasks": ["qg_facts_mc", "qg_replay"], "limit": 4, "replay_size": 6,
+                       "batch_size": 4, "min_slice_items": 2},
+            "judge": {"max_pairs": 3},
+            "bench": {"batch_sizes": [1], "prompt_tokens": 8, "new_tokens": 3, "warmup": 0, "repeats": 1},
+            "runtime": {"state_dir": str(tmp_path / "state"), "prefect_port": free_port()}}
+    path = tmp_path / "conf.yaml"
+    path.write_text(yaml.safe_dump(conf))
+    return path, conf["runtime"]["prefect_port"]
+
+
+def _start(conf):
+    env = cli_env()
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "quantgate"), "run", "--config", str(conf)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    return proc, lines, reader
+
+
+def _stop_at(conf, marker, sig, whom):
+    proc, lines, reader = _start(conf)
+    while not any(marker in line for line in lines):
+        assert proc.poll() is None, f"finished before {marker!r}:\n" + "".join(lines[-30:])
+        reader.join(0.05)
+    started = [p for p in psutil.Process(proc.pid).children(recursive=True) if p.is_running()]
+    _telemetry_is_off(started)
+    (os.killpg if whom == "group" else os.kill)(proc.pid, sig)
+    proc.wait(timeout=UNWIND_S)
+    reader.join(10)
+    _, alive = psutil.wait_procs(started, timeout=15)
+    return proc.returncode, "".join(lines), [" ".join(p.cmdline()[:3]) for p in alive if p.is_running()]
+
+
+def _telemetry_is_off(processes):
+    """The CLI was started without the telemetry switches (cli_env): it set them for every server."""
+    off = {"RAY_USAGE_STATS_ENABLED": "0", "DO_NOT_TRACK": "true", "MLFLOW_DISABLE_TELEMETRY": "true",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    for p in processes:
+        try:
+            env = p.environ()
+        except psutil.Error:  # exited meanwhile
+            continue
+        if not env:  # Ray's agents rename themselves over /proc/<pid>/environ: nothing to read
+            continue
+        assert {k: env.get(k) for k in off} == off, " ".join(p.cmdline()[:3])
+
+
+@pytest.mark.timeout(1500)
+def test_a_stop_at_any_stage_unwinds_stops_everything_and_the_next_run_resumes(tmp_path, tiny_model):
+    conf, port = _config(tmp_path, tiny_model)
+    for marker, sig, whom in STOPS:
+        code, out, alive = _stop_at(conf, marker, sig, whom)
+        assert code == 128 + sig, f"stop at {marker}: exit {code}\n{out[-3000:]}"
+        assert f"stopped by {sig.name}" in out and "Run the same command again to resume" in out, out[-2000:]
+        assert not alive, f"stop at {marker} left {alive}"
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", port)) != 0, f"stop at {marker}: Prefect server still up"
+    proc, lines, reader = _start(conf)
+    proc.wait(timeout=900)
+    reader.join(10)
+    out = "".join(lines)
+    assert proc.returncode == 0, out[-3000:]
+    for name in ("int4_gptq", "int4_rtn"):  # quantized before the later stops: not redone
+        assert f"{name}: quantized in" in out and "(reused)" in out.split(f"{name}: quantized in")[1][:40]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("model").experiment_id])
+    assert len([r for r in runs if "mlflow.parentRunId" not in r.data.tags]) == 1
