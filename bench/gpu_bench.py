@@ -4,7 +4,7 @@
         --variant quip_sharp_2bit=DIR --variant aqlm_2x8=DIR --heldout HELDOUT.jsonl \\
         [--batch 1,32] [--out gpu_bench.json] [--device cpu]   # --device cpu: the dry run
 
-Decode tokens/s at batch 1 and 32 (and TTFT, TPOT, peak memory) through `tasks.bench`, the same
+Decode tokens/s at batch 1 and 32 (and TTFT, TPOT, peak memory) through `tasks.perf.bench`, the same
 harness as `quantgate bench`, and J/token from NVML's total-energy counter (Zeus, or pynvml
 directly) over the steady decode window. Every model in one process, interleaved rounds, medians.
 Writes a JSON with the date, the GPU's name, driver, and the clocks and power limit it read (never

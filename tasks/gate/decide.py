@@ -89,7 +89,7 @@ def task_recoveries(baseline: LmEvalResult, variant: LmEvalResult, *, min_items:
 
 
 def gate_variant(v: VariantScores, baseline: EvalResult, gate: GateConf, *, min_tokens: int,
-                 baseline_lmeval: LmEvalResult | None = None, min_slice_items: int = 20,
+                 baseline_lmeval: LmEvalResult | None = None, min_slice_items: int,
                  judge_vote: JudgeVote | None = None) -> Verdict:
     if v.eval is None:
         return Verdict(v.name, False, reasons=[f"failed: {v.error}"])
@@ -144,7 +144,7 @@ def _objective_value(v: VariantScores, key: str) -> float:
 
 def decide(
     baseline: EvalResult, variants: list[VariantScores], gate: GateConf, *, min_slice_tokens: int,
-    baseline_lmeval: LmEvalResult | None = None, min_slice_items: int = 20,
+    baseline_lmeval: LmEvalResult | None = None, min_slice_items: int,
     judge_vote: JudgeVote | None = None,
 ) -> GateDecision:
     verdicts = {v.name: gate_variant(v, baseline, gate, min_tokens=min_slice_tokens,

@@ -149,7 +149,7 @@ class VariantPlan:
 
 def plan_variant(spec: VariantSpec, shape: ModelShape, profile: HardwareProfile, *, batch: int,
                  context: int, bits_per_weight: float | None = None, baseline_bits: float = 16,
-                 num_devices: int = 1, min_speedup: float = 1.0,
+                 num_devices: int = 1, min_speedup: float,
                  variant_base_bits: float | None = None) -> VariantPlan:
     """Predict `spec`'s decode speedup over the baseline on `profile`; skip it when the target has no
     kernel for it or the predicted speedup is below `min_speedup`.

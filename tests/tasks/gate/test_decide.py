@@ -7,6 +7,7 @@ from quantgate.tasks.evaluate.perplexity import EvalResult, SlicePpl
 from quantgate.tasks.gate.decide import VariantScores, decide
 from quantgate.tasks.judge.reliability import JudgeVote
 
+SLICES = {"min_slice_tokens": 100, "min_slice_items": 20}  # the smallest slices that gate
 COUNTS = JudgeVote(True, 0.5, "judge counts", min_decided=10, min_consistency=0.5)
 ADVISORY = JudgeVote(False, 0.5, "judge advisory: agreement 0.60", min_decided=10, min_consistency=0.5)
 
@@ -24,7 +25,7 @@ def _v(name, ppl, slices, size, control=False):
 
 def test_worst_slice_fails_a_variant_whose_average_passes():
     v = _v("a", 10.2, {"domain=code": 8.1, "domain=math": 14.0}, 100)
-    d = decide(BASE, [v], GateConf(recovery=0.95), min_slice_tokens=100)
+    d = decide(BASE, [v], GateConf(recovery=0.95), **SLICES)
     verdict = d.verdicts["a"]
     assert not verdict.passed and verdict.worst_slice == "domain=math"
     assert verdict.worst_recovery == pytest.approx(12 / 14)
@@ -37,19 +38,19 @@ def test_smallest_passing_non_control_wins():
     ok_small = _v("small", 10.3, {"domain=code": 8.2, "domain=math": 12.4}, 100)
     control = _v("rtn", 10.0, {"domain=code": 8.0, "domain=math": 12.0}, 50, control=True)
     failed = VariantScores("boom", "m", False, None, error="OOM")
-    d = decide(BASE, [ok_big, ok_small, control, failed], GateConf(), min_slice_tokens=100)
+    d = decide(BASE, [ok_big, ok_small, control, failed], GateConf(), **SLICES)
     assert d.winner == "small"
     assert d.verdicts["rtn"].passed and d.verdicts["boom"].reasons == ["failed: OOM"]
 
 
 def test_per_metric_threshold_and_small_slices_ignored():
     v = _v("a", 11.0, {"domain=code": 8.0, "domain=math": 12.0}, 1)
-    assert not decide(BASE, [v], GateConf(), min_slice_tokens=1).verdicts["a"].passed
+    assert not decide(BASE, [v], GateConf(), min_slice_tokens=1, min_slice_items=20).verdicts["a"].passed
     loose = GateConf(per_metric={"ppl": 0.9})
-    assert decide(BASE, [v], loose, min_slice_tokens=1).verdicts["a"].passed
+    assert decide(BASE, [v], loose, min_slice_tokens=1, min_slice_items=20).verdicts["a"].passed
     v2 = _v("b", 10.0, {"domain=code": 8.0, "domain=math": 40.0}, 1)
-    assert decide(BASE, [v2], GateConf(), min_slice_tokens=501).verdicts["b"].passed
-    assert math.isclose(decide(BASE, [v2], GateConf(), min_slice_tokens=501).verdicts["b"]
+    assert decide(BASE, [v2], GateConf(), min_slice_tokens=501, min_slice_items=20).verdicts["b"].passed
+    assert math.isclose(decide(BASE, [v2], GateConf(), min_slice_tokens=501, min_slice_items=20).verdicts["b"]
                         .worst_recovery, 1.0)
 
 
@@ -63,14 +64,14 @@ def test_default_objective_is_measured_energy_then_bytes():
     frugal = _with(_v("frugal", 10.1, ok, 300), perf={"energy.j_per_token": 0.5})
     small = _with(_v("small", 10.1, ok, 100), perf={"energy.j_per_token": 0.9})
     unmeasured = _v("unmeasured", 10.1, ok, 10)  # bench failed: ranks after every measured one
-    d = decide(BASE, [small, unmeasured, frugal], GateConf(), min_slice_tokens=100)
+    d = decide(BASE, [small, unmeasured, frugal], GateConf(), **SLICES)
     assert d.winner == "frugal" and "energy.j_per_token" in d.reason
     tie = _with(frugal, name="tie", size_bytes=200)
-    assert decide(BASE, [frugal, tie], GateConf(), min_slice_tokens=100).winner == "tie"
+    assert decide(BASE, [frugal, tie], GateConf(), **SLICES).winner == "tie"
     fast = GateConf(objective=("perf.decode_tok_s",))
     quick = _with(small, perf={"perf.decode_tok_s": 30.0})
     slow = _with(frugal, perf={"perf.decode_tok_s": 20.0})
-    assert decide(BASE, [slow, quick], fast, min_slice_tokens=100).winner == "small"
+    assert decide(BASE, [slow, quick], fast, **SLICES).winner == "small"
 
 
 def _lm(metrics, slices=None):
@@ -102,7 +103,7 @@ def test_task_metric_recovery_gates_and_a_zero_baseline_does_not():
                              "qg_json_tool.call_exact": 0.0}))
     bad = _with(good, name="bad", lmeval=_lm({"qg_arith.exact_match": 0.10, "qg_facts_mc.acc": 0.61,
                                               "qg_json_tool.call_exact": 0.0}))
-    d = decide(BASE, [good, bad], GateConf(), min_slice_tokens=100, baseline_lmeval=BASE_LM)
+    d = decide(BASE, [good, bad], GateConf(), **SLICES, baseline_lmeval=BASE_LM)
     assert d.verdicts["good"].passed, d.verdicts["good"].reasons
     assert d.verdicts["good"].task_recovery["lmeval.qg_arith.exact_match"] == pytest.approx(0.95)
     assert "lmeval.qg_json_tool.call_exact" not in d.verdicts["good"].task_recovery
@@ -115,8 +116,7 @@ def test_worst_task_slice_gates_and_small_slices_do_not():
                                                              "domain=math": (0.15, 40),
                                                              "lang=fr": (0.0, 5)}})
     v = _with(_v("v", 10.0, {"domain=code": 8.0, "domain=math": 12.0}, 100), lmeval=lm)
-    verdict = decide(BASE, [v], GateConf(), min_slice_tokens=100, baseline_lmeval=BASE_LM,
-                     min_slice_items=20).verdicts["v"]
+    verdict = decide(BASE, [v], GateConf(), **SLICES, baseline_lmeval=BASE_LM).verdicts["v"]
     assert verdict.worst_task_slice == "lmeval.qg_replay.token_f1@domain=math"
     assert verdict.worst_task_slice_recovery == pytest.approx(0.75)
     assert not verdict.passed and "worst slice lmeval.qg_replay.token_f1@domain=math" in verdict.reasons[0]
@@ -125,16 +125,16 @@ def test_worst_task_slice_gates_and_small_slices_do_not():
 def test_judge_blocks_only_when_its_reliability_earns_a_vote():
 
     v = _with(_v("v", 10.0, {"domain=code": 8.0, "domain=math": 12.0}, 100), judge=_judge(0.40))
-    counts = decide(BASE, [v], GateConf(), min_slice_tokens=100,
+    counts = decide(BASE, [v], GateConf(), **SLICES,
                     judge_vote=COUNTS).verdicts["v"]
     assert not counts.passed and counts.reasons == ["judge win-or-tie CI low 0.40 < 0.5"]
-    advisory = decide(BASE, [v], GateConf(), min_slice_tokens=100,
+    advisory = decide(BASE, [v], GateConf(), **SLICES,
                       judge_vote=ADVISORY).verdicts["v"]
     assert advisory.passed and advisory.notes == ["judge advisory: agreement 0.60"]
     few = _with(v, judge=_judge(0.0, decided=4, consistency=0.14))  # a run where it rarely decides
-    inconclusive = decide(BASE, [few], GateConf(), min_slice_tokens=100,
+    inconclusive = decide(BASE, [few], GateConf(), **SLICES,
                           judge_vote=COUNTS).verdicts["v"]
     assert inconclusive.passed and inconclusive.notes[0].startswith("judge inconclusive: 4 decided")
     fine = _with(v, judge=_judge(0.55))
-    assert decide(BASE, [fine], GateConf(), min_slice_tokens=100,
+    assert decide(BASE, [fine], GateConf(), **SLICES,
                   judge_vote=COUNTS).verdicts["v"].passed

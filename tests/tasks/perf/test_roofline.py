@@ -57,7 +57,7 @@ def test_seed_70b_example():
     assert base.t_compute_s == pytest.approx((2 * params * 128 + attention) / 8e15, rel=1e-12)
     assert base.t_compute_s < 0.15 * base.t_memory_s
     # INT4 weight-only, group 128 (4.125 bits: the seed's "about 36 GB"); KV unchanged.
-    p = plan_variant(spec("int4_gptq", group_size=128), LLAMA2_70B, SEED_GPU, **SEED)
+    p = plan_variant(spec("int4_gptq", group_size=128), LLAMA2_70B, SEED_GPU, **SEED, min_speedup=1.0)
     assert p.variant.weight_bytes == pytest.approx(36e9, rel=0.02)
     assert p.variant.kv_bytes == base.kv_bytes
     assert p.predicted_speedup == pytest.approx(1.28, abs=0.02)
@@ -102,23 +102,23 @@ def test_footprint_nominal_bits():
 
 def test_a100_skips_fp8_h100_keeps_it():
     a100, h100 = hardware_profile("a100-80gb"), hardware_profile("h100-sxm")
-    p = plan_variant(spec("fp8_w8a8"), SMOLLM2, a100, batch=1, context=512)
+    p = plan_variant(spec("fp8_w8a8"), SMOLLM2, a100, batch=1, context=512, min_speedup=1.0)
     assert p.skip and p.support == "none" and "Ampere" in p.reason and "FP8" in p.reason
     assert p.predicted_speedup == 1.0
-    p = plan_variant(spec("fp8_w8a8"), SMOLLM2, h100, batch=1, context=512)
+    p = plan_variant(spec("fp8_w8a8"), SMOLLM2, h100, batch=1, context=512, min_speedup=1.0)
     assert not p.skip and p.support == "native" and p.predicted_speedup > 1
     assert p.variant.ridge == pytest.approx(1979e12 / 3350e9)
 
 
 def test_kv_fp8_on_h100():
     h100 = hardware_profile("h100-sxm")
-    short = plan_variant(spec("kv_fp8"), SMOLLM2, h100, batch=1, context=256)
+    short = plan_variant(spec("kv_fp8"), SMOLLM2, h100, batch=1, context=256, min_speedup=1.0)
     assert 1.0 < short.predicted_speedup <= 2.0  # weights 8-bit, 16-bit lm_head, little KV
-    long = plan_variant(spec("kv_fp8"), SMOLLM2, h100, batch=128, context=8000)
+    long = plan_variant(spec("kv_fp8"), SMOLLM2, h100, batch=128, context=8000, min_speedup=1.0)
     assert long.variant.kv_bytes == long.baseline.kv_bytes / 2
     assert long.baseline.kv_bytes > 50 * long.baseline.weight_bytes
     assert long.predicted_speedup == pytest.approx(2.0, rel=0.02)
-    int4 = plan_variant(spec("int4_gptq"), SMOLLM2, h100, batch=128, context=8000)
+    int4 = plan_variant(spec("int4_gptq"), SMOLLM2, h100, batch=128, context=8000, min_speedup=1.0)
     assert int4.predicted_speedup < 1.01 < long.predicted_speedup
 
 
@@ -126,10 +126,10 @@ def test_min_speedup_and_cpu_profile():
     cpu = hardware_profile("cpu-epyc-2core")
     assert cpu.kind == "cpu" and cpu.mem_bandwidth_gbs == 12.5 and cpu.watts_per_busy_core == 4.0
     # This CPU widens formats: FP8 runs as bf16 (no gain over a bf16 baseline), 2-bit codes as 4-bit.
-    fp8 = plan_variant(spec("fp8_w8a8"), SMOLLM2, cpu, batch=1, context=256)
+    fp8 = plan_variant(spec("fp8_w8a8"), SMOLLM2, cpu, batch=1, context=256, min_speedup=1.0)
     assert fp8.predicted_speedup == pytest.approx(1.0, abs=1e-3) and not fp8.skip
-    int2 = plan_variant(spec("int2_gptq"), SMOLLM2, cpu, batch=1, context=256)
-    int4 = plan_variant(spec("int4_gptq"), SMOLLM2, cpu, batch=1, context=256)
+    int2 = plan_variant(spec("int2_gptq"), SMOLLM2, cpu, batch=1, context=256, min_speedup=1.0)
+    int4 = plan_variant(spec("int4_gptq"), SMOLLM2, cpu, batch=1, context=256, min_speedup=1.0)
     assert int2.predicted_speedup == pytest.approx(int4.predicted_speedup, rel=0.01)
     assert int4.predicted_speedup > 2
     slow = plan_variant(spec("fp8_w8a8"), SMOLLM2, cpu, batch=1, context=256, min_speedup=1.05)
