@@ -59,11 +59,14 @@ def quantize_code_digest(method: str) -> str:
 
 
 def variant_dir(state_dir: str | Path, spec: VariantSpec, *, model_digest: str, calibration_hash: str,
-                max_seq_len: int) -> str:
-    """Content-addressed output folder: same spec, model, calibration and code -> same folder.
-    Resources and the control flag do not change what is computed, so they are not in the key."""
+                max_seq_len: int, threads: int) -> str:
+    """Content-addressed output folder: same spec, model, calibration, code and thread count -> same
+    folder. The thread count is in the key because it changes the result (LAPACK's Cholesky in GPTQ
+    differs in the last bits between 1 and 2 threads, and rounding decisions follow); the rest of
+    `resources` and the control flag do not, so they are not."""
     key = json.dumps([spec.model_dump(mode="json", exclude={"resources", "control"}), model_digest,
-                      calibration_hash, max_seq_len, quantize_code_digest(spec.method)], sort_keys=True)
+                      calibration_hash, max_seq_len, quantize_code_digest(spec.method), threads],
+                     sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return str(Path(state_dir) / "variants" / f"{spec.name}-{digest}")
 

@@ -17,6 +17,6 @@ def quantize_task(*, spec: VariantSpec, model: ModelRef, traffic: PreparedTraffi
                   state_dir: str) -> QuantizeResult:
     threads = set_threads(spec.resources.num_cpus)
     out = variant_dir(state_dir, spec, model_digest=model.digest, calibration_hash=traffic.calibration_hash,
-                      max_seq_len=max_seq_len)
+                      max_seq_len=max_seq_len, threads=threads)
     return quantize_variant(spec, model_path=model.path, calibration_path=traffic.calibration_path,
                             out_dir=out, max_seq_len=max_seq_len, threads=threads)

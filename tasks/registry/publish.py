@@ -76,9 +76,21 @@ def _parent(client: MlflowClient, exp_id: str, inp: PublishInputs, winner: str |
     return parent.info.run_id, False
 
 
+def evidence_files(v: VariantScores) -> list[str]:
+    """What a child run carries: the variant's record, lm-eval's results and per-item samples, the
+    judge's summary and (redacted) transcript, where they exist."""
+    files = [Path(v.checkpoint) / "quantgate_variant.json"] if v.checkpoint and v.eval else []
+    if v.lmeval is not None:
+        out = Path(v.lmeval.samples_path).parent
+        files += [out / "lmeval.json", out / "lmeval_samples.jsonl"]
+        if v.judge is not None:
+            files += [out / "judge" / "judge_summary.json", out / "judge" / "judge_transcript.jsonl"]
+    return [str(f) for f in files if f.is_file()]
+
+
 def publish_run(inp: PublishInputs, *, baseline: VariantScores, variants: list[VariantScores],
-                decision: GateDecision, gate_report: str, variant_artifacts: dict[str, list[str]],
-                variant_params: dict[str, dict[str, str]]) -> RunRecord:
+                decision: GateDecision, gate_report: str, variant_params: dict[str, dict[str, str]]
+                ) -> RunRecord:
     client = MlflowClient(tracking_uri=inp.tracking_uri)
     exp_id = ensure_experiment(client, inp.experiment, inp.artifact_root)
     pid, finished = _parent(client, exp_id, inp, decision.winner)
@@ -91,7 +103,7 @@ def publish_run(inp: PublishInputs, *, baseline: VariantScores, variants: list[V
     tags = {"calibration_hash": inp.calibration_hash, **inp.child_tags}
     children = {"baseline": log_child_run(
         client, experiment_id=exp_id, parent_run_id=pid, scores=baseline, verdict=None,
-        tags=tags, params={"method": "baseline"}, artifacts=variant_artifacts.get("baseline", []))}
+        tags=tags, params={"method": "baseline"}, artifacts=evidence_files(baseline))}
     registered: dict[str, str] = {}
     for v in variants:
         verdict = decision.verdicts[v.name]
@@ -101,7 +113,7 @@ def publish_run(inp: PublishInputs, *, baseline: VariantScores, variants: list[V
             children[v.name] = log_child_run(
                 client, experiment_id=exp_id, parent_run_id=pid, scores=v, verdict=verdict, tags=tags,
                 params={"control": str(v.control), **variant_params.get(v.name, {})},
-                artifacts=[*variant_artifacts.get(v.name, []), str(verdict_file)])
+                artifacts=[*evidence_files(v), str(verdict_file)])
         if verdict.passed and v.checkpoint is not None:
             registered[v.name] = register_version(client, inp.registered_model, children[v.name],
                                                   v.checkpoint)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict
-from pathlib import Path
 
 from prefect import task
 
@@ -28,17 +27,6 @@ def run_key(config_json: dict, model: ModelRef, traffic: PreparedTraffic, report
     key = json.dumps([asked, model.digest, traffic.calibration_hash, traffic.heldout_path, report_markdown],
                      sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()[:24]
-
-
-def _eval_artifacts(v_lmeval_samples: str | None, judged: bool) -> list[str]:
-    """lm-eval results and samples; the judge's summary and (redacted) transcript."""
-    if v_lmeval_samples is None:
-        return []
-    out = Path(v_lmeval_samples).parent
-    files = [out / "lmeval.json", out / "lmeval_samples.jsonl"]
-    if judged:
-        files += [out / "judge" / "judge_summary.json", out / "judge" / "judge_transcript.jsonl"]
-    return [str(f) for f in files if f.is_file()]
 
 
 @task(name="publish-mlflow")
@@ -66,14 +54,8 @@ def publish_task(*, config: PipelineConfig, model: ModelRef, traffic: PreparedTr
         flow_run_id=flow_run_id,
         child_tags={"energy_method": bench.energy_method, "bench.batch": str(bench.gate_batch)}
         if bench else {"energy_method": "not measured"})
-    artifacts = {"baseline": _eval_artifacts(outcome.baseline.lmeval and outcome.baseline.lmeval.samples_path,
-                                             False)}
-    for v in outcome.variants:
-        record = [str(Path(v.checkpoint) / "quantgate_variant.json")] if v.checkpoint else []
-        artifacts[v.name] = record + _eval_artifacts(v.lmeval and v.lmeval.samples_path, v.judge is not None)
     specs = {s.name: flat_params(s.model_dump(mode="json", exclude={"name"})) for s in config.variants}
     record = publish_run(inputs, baseline=outcome.baseline, variants=outcome.variants,
-                         decision=outcome.decision, gate_report=report.markdown,
-                         variant_artifacts=artifacts, variant_params=specs)
+                         decision=outcome.decision, gate_report=report.markdown, variant_params=specs)
     write_run_record(state, flow_run_id, model=model, traffic=traffic, outcome=outcome, record=asdict(record))
     return record

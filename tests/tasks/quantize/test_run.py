@@ -1,5 +1,6 @@
 """Each method through llm-compressor on a tiny Llama: a checkpoint transformers reloads."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from quantgate.conf.methods import VariantSpec
 from quantgate.tasks.evaluate.perplexity import count_kv_quantized_layers
 from quantgate.tasks.model.load import load_causal_lm
 from quantgate.tasks.model.size import checkpoint_size
-from quantgate.tasks.quantize.run import QuantizeError, quantize_variant
+from quantgate.tasks.quantize.run import QuantizeError, quantize_variant, variant_dir
 
 from factories import calibration_file
 
@@ -85,3 +86,35 @@ def test_same_inputs_give_the_same_checkpoint(tiny_model, calibration, tmp_path)
     b = quantize_variant(spec, out_dir=str(tmp_path / "b"), **kw)
     files = [Path(x.checkpoint) / "model.safetensors" for x in (a, b)]
     assert files[0].read_bytes() == files[1].read_bytes()
+
+
+def test_gptq_is_reproducible_across_processes_for_a_thread_count(tiny_model, calibration, tmp_path):
+    """Equal inputs and thread count, two fresh processes: the same checkpoint, bit for bit, and the
+    record says what it was computed with. (Other thread counts may differ in the last bits: they
+    get their own folder, see test_the_thread_count_is_part_of_the_variant_key.)"""
+    import subprocess
+    import sys
+
+    code = ("import sys; from quantgate.conf.methods import variant_spec; "
+            "from quantgate.tasks.quantize.run import quantize_variant; "
+            "from quantgate.tasks.runtime.threads import set_threads; "
+            "spec = variant_spec({'name': 'g', 'method': 'int4_gptq', 'group_size': 32, 'num_samples': 8}); "
+            "quantize_variant(spec, model_path=sys.argv[1], calibration_path=sys.argv[2], "
+            "out_dir=sys.argv[3], max_seq_len=64, threads=set_threads(1))")
+    outs = [tmp_path / name for name in ("first", "second")]
+    for out in outs:
+        subprocess.run([sys.executable, "-c", code, tiny_model, str(calibration), str(out)], check=True,
+                       capture_output=True, timeout=300)
+    first, second = ((o / "model.safetensors").read_bytes() for o in outs)
+    assert first == second
+    record = json.loads((outs[0] / "quantgate_variant.json").read_text())["computed_with"]
+    assert record["torch_threads"] == record["observed_threads"] == 1 and record["cpu_capability"]
+
+
+def test_the_thread_count_is_part_of_the_variant_key(tmp_path):
+    spec = SPEC.validate_python({"name": "g", "method": "int4_gptq", "group_size": 32})
+    kw = {"model_digest": "m", "calibration_hash": "c", "max_seq_len": 64}
+    one, again, two = (variant_dir(tmp_path, spec, threads=t, **kw) for t in (1, 1, 2))
+    assert one == again != two
+    bigger = spec.model_copy(update={"resources": spec.resources.model_copy(update={"memory_gb": 9})})
+    assert variant_dir(tmp_path, bigger, threads=1, **kw) == one
