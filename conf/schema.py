@@ -160,7 +160,7 @@ class BenchConf(Strict):
 
 
 class PlanConf(Strict):
-    """Roofline plan for the serving target (tasks/roofline.py): bytes and FLOPs per decode step,
+    """Roofline plan for the serving target (tasks/perf/roofline.py): bytes and FLOPs per decode step,
     the bound, a predicted speedup per variant; variants the target cannot accelerate are skipped
     with the reason (controls are measured anyway)."""
 

@@ -2,7 +2,7 @@
 
 Per model and batch size: prefill tokens/s, TTFT (prompt in, first token out), TPOT (each later
 token), decode tokens/s (batch × tokens / decode time), peak memory, weight bytes, and J/token
-over the steady-state decode window (every token after the first; meters in `tasks/energy`).
+over the steady-state decode window (every token after the first; meters in `tasks/perf/energy.py`).
 
 Fairness on a shared, noisy machine: every model is loaded first, then measured in rounds, each
 round running every model once at every batch size, so drift hits all alike; each figure is the

@@ -3,7 +3,7 @@ incoherence, the E8P lattice codebook (2 bits/weight) and BlockLDLQ feedback rou
 
 Tseng et al., "QuIP#: Even Better LLM Quantization with Hadamard Incoherence and Lattice
 Codebooks", arXiv 2402.04396. The numerics are in `quantgate.kernels.quip_sharp`; the format
-and loader in `codebook_checkpoint`. Past the time budget, layers get nearest rounding after
+and loader in `model.codebook_format`. Past the time budget, layers get nearest rounding after
 the same rotation (no LDLQ) and the record says how many.
 """
 
