@@ -15,7 +15,8 @@ from quantgate.tasks.registry.aliases import alias_history
 
 from factories import cli_env, planted_pii
 
-pytestmark = pytest.mark.e2e
+# The module fixture runs the whole flow on SmolLM2 (10-25 min on 2 cores): its own limit.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2700)]
 
 
 

@@ -81,6 +81,7 @@ def first_run(tmp_path_factory, tiny_model):
     return tmp, conf, out
 
 
+@pytest.mark.timeout(1200)  # the first test pays for the module's whole flow run
 def test_run_prints_table_and_addresses(first_run):
     _, _, out = first_run
     for stage in ("[1/7]", "[4/7]", "[6/7]", "[7/7]"):
@@ -93,6 +94,7 @@ def test_run_prints_table_and_addresses(first_run):
     assert "MLflow:  sqlite:///" in out and "Prefect: flow run" in out
 
 
+@pytest.mark.timeout(1200)
 def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
     tmp, _, _ = first_run
     client, runs, parents, versions = _mlflow(tmp)
