@@ -3,13 +3,17 @@
 For a Linear y = W x, the output error of a perturbed weight over the calibration set is
 Σ_t ‖ΔW x_t‖² = tr(ΔW H ΔWᵀ) with H = Σ_t x_t x_tᵀ — the objective GPTQ, QuIP# and AQLM
 minimize. Layers that read the same tensor (q/k/v, gate/up) share one accumulator, found by
-the input's identity within a forward pass, so shared inputs cost one n×n update.
+the input's identity within a forward pass, so shared inputs cost one n×n update. Identity is
+the tensor itself, held by a weak reference: an address alone is not, since a freed input's
+memory is handed to the next tensor of its size (an attention output after the q/k/v input),
+which would then be counted in another layer's Hessian.
 Accumulation is float64: H sums ~10⁴ rank-one terms whose small eigenvalues matter to the
 Cholesky factorization downstream.
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -35,7 +39,7 @@ class HessianCollector:
 
     accumulators: dict[str, HessianAccumulator] = field(default_factory=dict)
     _handles: list = field(default_factory=list)
-    _seen: dict[tuple, HessianAccumulator] = field(default_factory=dict)
+    _seen: dict[tuple, tuple[weakref.ref, HessianAccumulator]] = field(default_factory=dict)
 
     def attach(self, modules: dict[str, torch.nn.Linear]) -> HessianCollector:
         for name, module in modules.items():
@@ -46,16 +50,16 @@ class HessianCollector:
         def hook(_module: torch.nn.Module, args: tuple) -> None:
             x = args[0]
             key = (x.data_ptr(), tuple(x.shape), x._version)
-            shared = self._seen.get(key)
-            if shared is not None:  # q/k/v (gate/up) read the same hidden states: one update
-                self.accumulators.setdefault(name, shared)
+            seen = self._seen.get(key)
+            if seen is not None and seen[0]() is not None:  # the same live tensor: q/k/v (gate/up)
+                self.accumulators.setdefault(name, seen[1])  # read one hidden state: one update
                 return
             acc = self.accumulators.get(name)
             if acc is None:
                 acc = HessianAccumulator(torch.zeros(x.shape[-1], x.shape[-1], dtype=torch.float64))
                 self.accumulators[name] = acc
             acc.update(x)
-            self._seen[key] = acc
+            self._seen[key] = (weakref.ref(x), acc)
 
         return hook
 

@@ -34,7 +34,12 @@ def run(tmp_path_factory):
             {"name": "int4_rtn", "method": "int4_rtn", "group_size": 64, "control": True},
             {"name": "int4_g128", "method": "int4_rtn", "group_size": 128},
         ],
-        "lmeval": {"limit": 12, "replay_size": 12, "min_slice_items": 4},
+        # The tasks whose 12 items still say something: on JSON and arithmetic the baseline gets
+        # 0-4 of 12 right, so one flipped item moves recovery by 0.25-1.0 and the gate's verdict
+        # is a coin toss (a CI run failed on json_found 1/12 -> 0/12). Issue 11's paired gate is
+        # what makes small samples decidable; until then the e2e gates on what 12 items resolve.
+        "lmeval": {"tasks": ["qg_facts_mc", "qg_replay"], "limit": 12, "replay_size": 12,
+                   "min_slice_items": 4},
         "judge": {"max_pairs": 3},
         "bench": {"batch_sizes": [1, 4], "prompt_tokens": 16, "new_tokens": 4, "repeats": 1},
         # 12 items per task cannot resolve a few points: loose enough that a variant passes, so the

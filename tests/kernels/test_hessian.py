@@ -32,3 +32,42 @@ def test_hessians_match_direct_sum_and_shared_inputs_share_one_accumulator():
     assert col.accumulators["q"].tokens == 17
     block(xs[0])  # detached: no further updates
     assert col.accumulators["q"].tokens == 17
+
+
+class _FreesItsInput(torch.nn.Module):
+    """q/k read a fresh normed tensor that is freed before o runs on a new tensor of the same
+    shape: the allocator hands o's input the freed block, as an attention output gets the q/k/v
+    input's memory in a decoder layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.o = (torch.nn.Linear(96, 96) for _ in range(3))
+        self.reused = 0
+
+    def forward(self, x):
+        h = x * 2.0
+        ptr = h.data_ptr()
+        a, b = self.q(h), self.k(h)
+        del h
+        z = a * b  # same shape and version as h: malloc hands it h's block
+        self.reused += z.data_ptr() == ptr
+        return self.o(z)
+
+
+def test_a_reused_address_is_not_taken_for_a_shared_input():
+    torch.manual_seed(0)
+    block = _FreesItsInput()
+    col = HessianCollector().attach({"q": block.q, "k": block.k, "o": block.o})
+    xs = [torch.randn(1, 64, 96) for _ in range(4)]
+    with torch.no_grad():
+        for x in xs:
+            block(x)
+            col.next_batch()
+    col.detach()
+    assert block.reused  # the case this test exists for did happen
+    H = col.hessians()
+    assert H["k"] is H["q"] and H["o"] is not H["q"]
+    with torch.no_grad():
+        o_in = torch.cat([(block.q(2 * x) * block.k(2 * x)).reshape(-1, 96) for x in xs]).double()
+    torch.testing.assert_close(H["o"], o_in.T @ o_in / o_in.shape[0])
+    assert col.accumulators["q"].tokens == col.accumulators["o"].tokens == 256
