@@ -4,7 +4,8 @@ Each request is the model's chat template over prompt + served answer. Its token
 into fixed, non-overlapping windows of `window` tokens; the answer tokens of each window are
 scored (the first token of a window has no context and is not). PPL = exp(total NLL / scored
 tokens), summed over the requests of a slice. Baseline and every variant go through this
-one function, in one dtype (`eval.dtype`, fp32 by default).
+one function, in one dtype (`eval.dtype`, fp32 by default). Each request's NLL is kept too, so
+that the gate compares a variant with the baseline request by request (paired).
 """
 
 from __future__ import annotations
@@ -34,12 +35,23 @@ class SlicePpl:
 
 
 @dataclass(frozen=True)
+class RequestNll:
+    """One held-out request: summed NLL (nats) over its scored answer tokens, and its slices."""
+
+    id: str
+    nll: float
+    tokens: int
+    slices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class EvalResult:
     ppl: float
     tokens: int
     slices: dict[str, SlicePpl]
     kv_cache_quantized_layers: int
     seconds: float
+    requests: tuple[RequestNll, ...] = ()
 
 
 def _windows(enc: Encoded, window: int) -> list[tuple[list[int], int]]:
@@ -125,8 +137,10 @@ def evaluate_checkpoint(
     encoded = [encode_request(tokenizer, r) for r in requests]
     nlls = request_nlls(model, encoded, window=window, batch_size=batch_size)
     overall, slices = aggregate(nlls, [r.slices for r in requests])
+    per_request = tuple(RequestNll(r.id, s, n, tuple(slice_names(r.slices)))
+                        for r, (s, n) in zip(requests, nlls, strict=True))
     result = EvalResult(overall.ppl, overall.tokens, slices, count_kv_quantized_layers(model),
-                        time.perf_counter() - start)
+                        time.perf_counter() - start, per_request)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(json.dumps(asdict(result), indent=1))
     return result
@@ -148,4 +162,6 @@ def eval_code_digest() -> str:
 def read_eval(path: str) -> EvalResult:
     raw = json.loads(Path(path).read_text())
     raw["slices"] = {k: SlicePpl(**v) for k, v in raw["slices"].items()}
+    raw["requests"] = tuple(RequestNll(**(q | {"slices": tuple(q["slices"])}))
+                            for q in raw.get("requests", ()))
     return EvalResult(**raw)
