@@ -175,8 +175,23 @@ class Aqlm2x8(_TwoBit):
     adam_steps: Annotated[int, Field(ge=0)] = 10
 
 
+class BaselineBf16(_Variant):
+    """Near-null control: the baseline with its weights rounded to bf16 (evaluated in `eval.dtype`
+    like everything else). Near-lossless, yet greedy outputs differ on some items, so it exercises
+    the gate's statistics where a bit-identical copy would not: it must never be rejected."""
+
+    kernel: ClassVar[str] = "bf16"
+    native_compute: ClassVar[str | None] = "bf16"
+    method: Literal["baseline_bf16"]
+    control: bool = True
+
+    def weight_bits(self) -> float:
+        return 16.0
+
+
 # The registry: one line per method.
-SPECS: tuple[type[_Variant], ...] = (Fp8W8A8, KvFp8, Int4Rtn, Int4Gptq, Int4Awq, Int2Rtn, Int2Gptq,
+SPECS: tuple[type[_Variant], ...] = (BaselineBf16, Fp8W8A8, KvFp8, Int4Rtn, Int4Gptq, Int4Awq, Int2Rtn,
+                                     Int2Gptq,
                                      QuipSharp2Bit, Aqlm2x8)
 
 VariantSpec = Annotated[Union[SPECS], Field(discriminator="method")]  # noqa: UP007 - built from a tuple

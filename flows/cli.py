@@ -114,6 +114,10 @@ def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
     print(summary.table)
     print()
     print(f"gate: {summary.decision}")
+    print()
+    print("where the time went:")
+    print(summary.timing)
+    print()
     if summary.canary_version:
         print(f"registry: {summary.registered_model} version "
               f"{summary.canary_version} has alias `canary`")

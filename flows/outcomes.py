@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from prefect.futures import PrefectFuture
 
 from quantgate.tasks.runtime.stop import raise_if_stopping
-from quantgate.tasks.runtime.waiting import wait_ready
+from quantgate.tasks.runtime.waiting import first_ready, wait_ready
+
+L = TypeVar("L")
 
 
 def wait(future: PrefectFuture[Any]) -> None:
@@ -39,3 +43,30 @@ def outcome(future: PrefectFuture[Any]) -> tuple[Any, str]:
         return result, ""
     text = f"{type(result).__name__}: {result}".strip()
     return None, text.splitlines()[0]
+
+
+def as_finished(pending: dict[PrefectFuture[Any], L], *, heartbeat: Callable[[list[L]], None] | None = None,
+                every_s: float = 60.0) -> Iterator[tuple[PrefectFuture[Any], L]]:
+    """Each future of `pending` with its label as it finishes; the caller may add futures to `pending`
+    between items (a stage submitted when the one before it ends). Every `every_s` without a
+    finish, `heartbeat` gets the labels still running, so a long stage is never silent."""
+    last = time.monotonic()
+    while pending:
+        refs = {getattr(f, "wrapped_future", None): f for f in pending}
+        if None in refs:  # not Ray futures (a test's thread pool): wait on each in turn
+            done = [f for f in pending if f.state.is_final()] or [_waited(next(iter(pending)))]
+        else:
+            done = [refs[r] for r in first_ready(list(refs))]
+        if not done:
+            if heartbeat is not None and time.monotonic() - last >= every_s:
+                heartbeat(list(pending.values()))
+                last = time.monotonic()
+            continue
+        last = time.monotonic()
+        for f in done:
+            yield f, pending.pop(f)
+
+
+def _waited(future: PrefectFuture[Any]) -> PrefectFuture[Any]:
+    wait(future)
+    return future

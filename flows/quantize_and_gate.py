@@ -1,6 +1,7 @@
 """The main flow, in the order of the pipeline diagram: model and traffic -> calibration and the
-baseline's evaluation -> plan -> variants quantized on Ray, each evaluated as soon as it is done ->
-judge -> bench -> gate -> report -> MLflow.
+baseline's evaluation -> plan -> variants quantized on Ray, each evaluated as soon as it is done,
+cheapest evidence first (perplexity, its screen, then task evals) -> judge -> bench -> gate ->
+report -> MLflow. A variant the staged gate rejects skips every later stage.
 
 Ordering and fan-out only: every stage is a typed task in `quantgate.tasks`; the heavy ones run as
 Ray tasks with resources from conf, and a variant that fails (bad parameter, crash, dead worker)
@@ -10,22 +11,24 @@ fails alone, recorded with a one-line error.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from prefect import flow, runtime
 from prefect.artifacts import create_markdown_artifact
-from prefect.futures import PrefectFuture, as_completed
+from prefect.futures import PrefectFuture
 from prefect_ray import RayTaskRunner
 from prefect_ray.context import remote_options
 
 from quantgate.conf.methods import VariantSpec
 from quantgate.conf.schema import PipelineConfig
-from quantgate.flows.outcomes import outcome, value
+from quantgate.flows.outcomes import as_finished, outcome, value
 from quantgate.tasks.calibrate.stages import calibrate_task, drift_task
 from quantgate.tasks.evaluate.stages import evaluate_task, lmeval_task
 from quantgate.tasks.gate.decide import VariantScores
-from quantgate.tasks.gate.stages import gate_task, report_task
+from quantgate.tasks.gate.stages import gate_task, report_task, screen_task, survivors_task
+from quantgate.tasks.gate.times import run_times
 from quantgate.tasks.judge.endpoint import judge_endpoint
 from quantgate.tasks.judge.stages import judge_task
 from quantgate.tasks.model.source import ModelRef
@@ -36,6 +39,7 @@ from quantgate.tasks.perf.report import artifact_links
 from quantgate.tasks.perf.stages import bench_task, plan_task
 from quantgate.tasks.quantize.stages import quantize_task
 from quantgate.tasks.registry.stages import publish_task
+from quantgate.tasks.runtime.clock import Stopwatch
 from quantgate.tasks.runtime.stop import keep_stop_handlers
 from quantgate.tasks.traffic.prepare import PreparedTraffic
 from quantgate.tasks.traffic.stages import prepare_traffic_task
@@ -54,25 +58,7 @@ class FlowSummary:
     flow_run_id: str
     quarantine_path: str
     reused: bool
-
-
-@dataclass(frozen=True)
-class Evals:
-    """One model's two evaluations, submitted together."""
-
-    ppl: PrefectFuture[Any]
-    lmeval: PrefectFuture[Any]
-
-
-def _evaluate(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
-              traffic: PreparedTraffic) -> Evals:
-    with remote_options(num_cpus=config.eval.num_cpus):
-        ppl = evaluate_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
-                                   traffic=traffic, conf=config.eval)
-    with remote_options(num_cpus=config.lmeval.num_cpus):
-        lm = lmeval_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
-                                traffic=traffic, conf=config.lmeval, dtype=config.eval.dtype)
-    return Evals(ppl, lm)
+    timing: str
 
 
 def _quantize(config: PipelineConfig, spec: VariantSpec, model: ModelRef, traffic: PreparedTraffic,
@@ -83,41 +69,89 @@ def _quantize(config: PipelineConfig, spec: VariantSpec, model: ModelRef, traffi
                                     max_seq_len=config.calibration.max_seq_len, state_dir=state)
 
 
-def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelRef,
-                            traffic: PreparedTraffic, state: str) -> list[VariantScores]:
-    """Fan out one quantization per variant; each one's evaluations start as soon as it finishes."""
-    futures = {spec.name: _quantize(config, spec, model, traffic, state) for spec in plan.runnable}
-    names = {id(f): n for n, f in futures.items()}
-    quantized, evals, errors = {}, {}, dict(plan.skipped)
-    for fut in as_completed(list(futures.values())):
-        name = names[id(fut)]
-        quantized[name], errors[name] = outcome(fut)
-        if errors[name]:
-            print(f"      {name}: FAILED: {errors[name]}")
-            continue
-        q = quantized[name]
-        reused = q.reused or fut.state.name == "Cached"  # Prefect's cache returns the first run's result
-        print(f"      {name}: quantized in {q.seconds:.1f} s{' (reused)' if reused else ''}")
-        evals[name] = _evaluate(config, name, q.checkpoint, q.checkpoint, traffic)
-    print("[5/7] evaluating (perplexity by slice, lm-eval tasks)")
+def _perplexity(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
+                traffic: PreparedTraffic) -> PrefectFuture[Any]:
+    with remote_options(num_cpus=config.eval.num_cpus):
+        return evaluate_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
+                                    traffic=traffic, conf=config.eval)
+
+
+def _tasks(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
+           traffic: PreparedTraffic) -> PrefectFuture[Any]:
+    with remote_options(num_cpus=config.lmeval.num_cpus):
+        return lmeval_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
+                                  traffic=traffic, conf=config.lmeval, dtype=config.eval.dtype)
+
+
+def _screen(config: PipelineConfig, name: str, base_ppl: PrefectFuture[Any],
+            ppl: PrefectFuture[Any]) -> PrefectFuture[Any]:
+    with remote_options(num_cpus=0):  # a bootstrap over a few hundred requests: no core of its own
+        return screen_task.submit(variant=name, baseline=base_ppl, evaluated=ppl, gate=config.gate,
+                                  min_slice_tokens=config.eval.min_slice_tokens)
+
+
+def _heartbeat(started: dict[str, float]) -> Any:
+    def beat(running: list[tuple[str, str]]) -> None:
+        now = time.monotonic()
+        print("      … running: " + ", ".join(f"{stage} {name} {now - started[f'{stage}:{name}']:.0f} s"
+                                             for stage, name in sorted(running)))
+    return beat
+
+
+def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelRef, traffic: PreparedTraffic,
+                            state: str, base_ppl: PrefectFuture[Any]) -> list[VariantScores]:
+    """Fan out one quantization per variant. As each finishes, its perplexity runs, then the
+    perplexity screen; its task evals start only if the screen did not reject it (gate.staged)."""
+    started: dict[str, float] = {}
+
+    def submit(stage: str, name: str, future: PrefectFuture[Any]) -> None:
+        pending[future] = (stage, name)
+        started[f"{stage}:{name}"] = time.monotonic()
+
+    pending: dict[PrefectFuture[Any], tuple[str, str]] = {}
+    for spec in plan.runnable:
+        submit("quantize", spec.name, _quantize(config, spec, model, traffic, state))
+    quantized, ppl, tasks, errors = {}, {}, {}, dict(plan.skipped)
+    for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(started)):
+        result, err = outcome(fut)
+        if err and stage == "screen":  # a failed perplexity fails its screen: report the cause
+            stage, err = "perplexity", outcome(ppl[name])[1] or err
+        if err:
+            errors[name] = f"{stage}: {err}" if stage != "quantize" else err
+            print(f"      {name}: {stage} FAILED: {err}")
+        elif stage == "quantize":
+            quantized[name] = result
+            reused = result.reused or fut.state.name == "Cached"  # Prefect's cache returns the first result
+            print(f"      {name}: quantized in {result.seconds:.1f} s{' (reused)' if reused else ''}")
+            ppl[name] = _perplexity(config, name, result.checkpoint, result.checkpoint, traffic)
+            submit("screen", name, _screen(config, name, base_ppl, ppl[name]))
+        elif stage == "screen":
+            print(f"      {name}: perplexity {result.status} ({result.decided_by}): {result.reasons[0]}")
+            if config.gate.staged and result.status == "reject":
+                print(f"      {name}: rejected at stage ppl, skips the task evals, the judge and the bench")
+            else:
+                submit("tasks", name, _tasks(config, name, quantized[name].checkpoint,
+                                             quantized[name].checkpoint, traffic))
+        else:
+            tasks[name] = result
+            print(f"      {name}: task evals done in {result.seconds:.0f} s")
     scores = []
     for spec in config.variants:
-        q, err, ppl, lm = quantized.get(spec.name), errors.get(spec.name, ""), None, None
-        if spec.name in evals:
-            ppl, err = outcome(evals[spec.name].ppl)
-            lm, lm_err = outcome(evals[spec.name].lmeval)
-            err = err or (f"lm-eval: {lm_err}" if lm_err else "")
-        scores.append(VariantScores(spec.name, spec.method, spec.control, ppl, error=err, lmeval=lm,
+        q, err = quantized.get(spec.name), errors.get(spec.name, "")
+        evaluated = outcome(ppl[spec.name])[0] if spec.name in ppl else None
+        scores.append(VariantScores(spec.name, spec.method, spec.control, evaluated, error=err,
+                                    lmeval=tasks.get(spec.name),
                                     quantize_seconds=q.seconds if q else float("nan"),
-                                    checkpoint=q.checkpoint if q and ppl else None))
+                                    quantize_cpu_seconds=q.cpu_seconds if q else float("nan"),
+                                    checkpoint=q.checkpoint if q and evaluated else None))
     return scores
 
 
-def _judge(config: PipelineConfig, state: str, baseline: VariantScores,
-           variants: list[VariantScores]) -> list[VariantScores]:
-    """Each variant's replay answers against the baseline's; a judge that cannot run is reported and
-    the run goes on (the gate then has no judge result for that variant)."""
-    judged = [v for v in variants if v.lmeval is not None]
+def _judge(config: PipelineConfig, state: str, baseline: VariantScores, variants: list[VariantScores],
+           survivors: list[str]) -> list[VariantScores]:
+    """Each surviving variant's replay answers against the baseline's; a judge that cannot run is
+    reported and the run goes on (the gate then has no judge result for that variant)."""
+    judged = [v for v in variants if v.lmeval is not None and v.name in survivors]
     if not config.judge.enabled or not judged or baseline.lmeval is None:
         return variants
     print(f"[5/7] judging {len(judged)} variants (pairwise, both orders, ≤ {config.judge.max_pairs} "
@@ -158,29 +192,38 @@ def _bench(config: PipelineConfig, state: str, model: ModelRef, traffic: Prepare
 @flow(name="quantize_and_gate", task_runner=RayTaskRunner(), log_prints=True)
 def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
     keep_stop_handlers()  # a user's SIGTERM or Ctrl-C stops the run, whatever it is waiting on
-    state, flow_run_id = str(config.runtime.state_dir.resolve()), str(runtime.flow_run.id)
+    state, flow_run_id, clock = str(config.runtime.state_dir.resolve()), str(runtime.flow_run.id), Stopwatch()
     print("[1/7] model: resolving", config.model.name)
     model = resolve_model_task(name=config.model.name, state_dir=state)
     print(f"[2/7] traffic: reading {config.traffic.path}")
     traffic = prepare_traffic_task(conf=config.traffic, state_dir=state)
     print("      " + traffic.summary_line())
+    clock.lap("model_and_traffic")
 
-    print("[3/7] calibration and baseline evaluation (Ray)")
+    print("[3/7] calibration and the baseline's evaluation (Ray; reused when model, data and code match)")
     with remote_options(num_cpus=config.eval.num_cpus):
         calibration = calibrate_task.submit(model=model, traffic=traffic, conf=config.calibration,
                                             num_cpus=config.eval.num_cpus, state_dir=state)
-    base_evals = _evaluate(config, "baseline", model.path, model.results_dir(state), traffic)
+    base_ppl = _perplexity(config, "baseline", model.path, model.results_dir(state), traffic)
+    base_tasks = _tasks(config, "baseline", model.path, model.results_dir(state), traffic)
     plan = plan_task(conf=config.plan, model=model, variants=config.variants)
     print("\n".join("      " + line for line in plan.lines))
 
-    print(f"[4/7] quantizing {len(plan.runnable)} variants (Ray)")
-    variants = _quantize_then_evaluate(config, plan, model, traffic, state)
-    baseline = VariantScores("baseline", "baseline", True, value(base_evals.ppl),
-                             lmeval=value(base_evals.lmeval), quantize_seconds=0.0, checkpoint=model.path)
+    print(f"[4/7] quantizing {len(plan.runnable)} variants (Ray); each then perplexity, the perplexity "
+          f"screen{' (a reject skips the later stages)' if config.gate.staged else ''}, task evals")
+    variants = _quantize_then_evaluate(config, plan, model, traffic, state, base_ppl)
+    baseline = VariantScores("baseline", "baseline", True, value(base_ppl), lmeval=value(base_tasks),
+                             quantize_seconds=0.0, checkpoint=model.path)
     for task_name, why in baseline.lmeval.skipped.items():
         print(f"      lm-eval {task_name}: skipped, {why}")
-    variants = _judge(config, state, baseline, variants)
-    bench = _bench(config, state, model, traffic, variants)
+    clock.lap("variants")
+    survivors = survivors_task(baseline=baseline, variants=variants, gate=config.gate,
+                               min_slice_tokens=config.eval.min_slice_tokens,
+                               min_slice_items=config.lmeval.min_slice_items)
+    variants = _judge(config, state, baseline, variants, survivors)
+    clock.lap("judge")
+    bench = _bench(config, state, model, traffic, [v for v in variants if v.name in survivors])
+    clock.lap("bench")
     calibrated = value(calibration)
     drift = drift_task(calibration=calibrated, state_dir=state)
 
@@ -195,12 +238,16 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
                          heldout_requests=traffic.heldout, min_slice_tokens=config.eval.min_slice_tokens,
                          state_dir=state, flow_run_id=flow_run_id,
                          config_json=config.model_dump_json(indent=1))
+    clock.lap("gate_and_report")
+    times = run_times(clock.laps, clock.total(), baseline, variants)
     record = publish_task(config=config, model=model, traffic=traffic, calibration=calibrated,
-                          drift=drift, outcome=gate, report=report, bench=bench, flow_run_id=flow_run_id)
+                          drift=drift, outcome=gate, report=report, bench=bench, flow_run_id=flow_run_id,
+                          times=times)
     links = artifact_links(record.tracking_uri, record.experiment_id, record.parent_run_id, report.files,
                            mlflow_ui_port=config.runtime.mlflow_ui_port)
-    create_markdown_artifact(key="gate-report", markdown=report.markdown + links, description="offline gate")
+    create_markdown_artifact(key="gate-report", markdown=report.markdown + "\n## Where the time went\n\n"
+                             + times.table() + links, description="offline gate")
     return FlowSummary(report.table_text(), gate.decision.winner, gate.decision.reason,
                        config.model.served_name or model.name, record.tracking_uri, record.experiment_id,
                        record.parent_run_id, record.canary_version, flow_run_id, traffic.quarantine_path,
-                       record.reused)
+                       record.reused, times.table())

@@ -38,6 +38,7 @@ class LmEvalResult:
     samples_path: str  # JSONL: task, id, slice labels, reply, per-item metrics
     versions: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    cpu_seconds: float = float("nan")
 
 
 class LmEvalTaskError(ValueError):
@@ -96,7 +97,7 @@ def run_lmeval(
     import lm_eval
     from lm_eval.models.huggingface import HFLM
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     replay = out / "replay_items.jsonl"
@@ -141,7 +142,7 @@ def run_lmeval(
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     result = LmEvalResult(metrics, stderr, slice_means(rows), skipped, str(samples_path), versions,
-                          time.perf_counter() - start)
+                          time.perf_counter() - start, time.process_time() - cpu)
     (out / "lmeval.json").write_text(json.dumps(asdict(result), indent=1))
     return result
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from quantgate.conf.schema import EvalConf
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.runtime.digest import source_digest
 from quantgate.tasks.traffic.load import read_requests
@@ -52,6 +53,7 @@ class EvalResult:
     kv_cache_quantized_layers: int
     seconds: float
     requests: tuple[RequestNll, ...] = ()
+    cpu_seconds: float = float("nan")
 
 
 def _windows(enc: Encoded, window: int) -> list[tuple[list[int], int]]:
@@ -130,7 +132,7 @@ def evaluate_checkpoint(
     checkpoint: str, heldout_path: str, out_path: str, *, window: int, batch_size: int,
     dtype: str = "float32",
 ) -> EvalResult:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     requests = read_requests(Path(heldout_path))
     tokenizer = load_tokenizer(checkpoint)
     model = load_causal_lm(checkpoint, dtype)
@@ -140,15 +142,17 @@ def evaluate_checkpoint(
     per_request = tuple(RequestNll(r.id, s, n, tuple(slice_names(r.slices)))
                         for r, (s, n) in zip(requests, nlls, strict=True))
     result = EvalResult(overall.ppl, overall.tokens, slices, count_kv_quantized_layers(model),
-                        time.perf_counter() - start, per_request)
+                        time.perf_counter() - start, per_request, time.process_time() - cpu)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(json.dumps(asdict(result), indent=1))
     return result
 
 
-def eval_file_name(heldout_path: str, dtype: str) -> str:
-    """One result file per (held-out set, dtype, eval code), next to what was evaluated."""
-    return f"eval-{Path(heldout_path).parent.name}-{dtype}-{eval_code_digest()}.json"
+def eval_file_name(heldout_path: str, conf: EvalConf) -> str:
+    """One result file per (held-out set, dtype, window and batch, eval code), next to what was
+    evaluated (the batch is in the key: padding changes the last bits)."""
+    key = f"{conf.window}x{conf.batch_size}"
+    return f"eval-{Path(heldout_path).parent.name}-{conf.dtype}-{key}-{eval_code_digest()}.json"
 
 
 def eval_code_digest() -> str:

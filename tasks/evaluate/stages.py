@@ -1,5 +1,7 @@
 """Prefect tasks for evaluation: perplexity by slice and the lm-eval suite, for the baseline and
-each variant through the same code, results next to what was evaluated."""
+each variant through the same code, results next to what was evaluated. A result file is named
+for everything it depends on (model folder, held-out set, settings, code digest), so the
+baseline's evaluations are reused across runs and a killed run resumes without redoing them."""
 
 from __future__ import annotations
 
@@ -8,8 +10,8 @@ from pathlib import Path
 from prefect import task
 
 from quantgate.conf.schema import EvalConf, LmEvalConf
-from quantgate.tasks.evaluate.lmeval import LmEvalResult, lmeval_dir_name, run_lmeval
-from quantgate.tasks.evaluate.perplexity import EvalResult, eval_file_name, evaluate_checkpoint
+from quantgate.tasks.evaluate.lmeval import LmEvalResult, lmeval_dir_name, read_lmeval, run_lmeval
+from quantgate.tasks.evaluate.perplexity import EvalResult, eval_file_name, evaluate_checkpoint, read_eval
 from quantgate.tasks.runtime.caching import CACHED
 from quantgate.tasks.runtime.threads import set_threads
 from quantgate.tasks.traffic.prepare import PreparedTraffic
@@ -18,8 +20,10 @@ from quantgate.tasks.traffic.prepare import PreparedTraffic
 @task(name="evaluate", task_run_name="evaluate-{variant}", **CACHED)
 def evaluate_task(*, variant: str, checkpoint: str, results_dir: str, traffic: PreparedTraffic,
                   conf: EvalConf) -> EvalResult:
+    out = Path(results_dir) / eval_file_name(traffic.heldout_path, conf)
+    if out.is_file():  # same model, held-out set, settings and code: the result is on disk
+        return read_eval(str(out))
     set_threads(conf.num_cpus)
-    out = Path(results_dir) / eval_file_name(traffic.heldout_path, conf.dtype)
     return evaluate_checkpoint(checkpoint, traffic.heldout_path, str(out), window=conf.window,
                                batch_size=conf.batch_size, dtype=conf.dtype)
 
@@ -27,8 +31,10 @@ def evaluate_task(*, variant: str, checkpoint: str, results_dir: str, traffic: P
 @task(name="lm-eval", task_run_name="lm-eval-{variant}", **CACHED)
 def lmeval_task(*, variant: str, checkpoint: str, results_dir: str, traffic: PreparedTraffic,
                 conf: LmEvalConf, dtype: str) -> LmEvalResult:
-    set_threads(conf.num_cpus)
     out = Path(results_dir) / lmeval_dir_name(traffic.heldout_path, dtype, conf.model_dump_json())
+    if (out / "lmeval.json").is_file():  # written last: a finished evaluation of the same inputs
+        return read_lmeval(str(out / "lmeval.json"))
+    set_threads(conf.num_cpus)
     return run_lmeval(checkpoint, str(out), tasks=list(conf.tasks), replay_path=traffic.heldout_path,
                       replay_size=conf.replay_size, batch_size=conf.batch_size, dtype=dtype,
                       limit=conf.limit, backend=conf.backend)

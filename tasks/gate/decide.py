@@ -1,25 +1,40 @@
-"""Offline gate: recovery against the baseline on every metric, its worst slice, and the judge.
+"""The offline gate: a verdict per variant from paired evidence against budgets.
 
-Recovery for perplexity (lower is better) is baseline_ppl / variant_ppl; for lm-eval task
-metrics (higher is better) it is variant / baseline. 1.0 is no loss. A variant passes when
-every recovery, overall and on the worst slice, is ≥ its threshold from conf, and (when the
-judge's measured reliability earns it a vote) the lower bound of its judge win-or-tie rate
-reaches the margin. A task metric the baseline scores 0 on measures nothing here and does
-not gate. Among passing non-control variants the winner is the best by the conf objective, on
-measured numbers (default: lowest J/token at the bench's gate batch, then fewest bytes). No
-variant passing is a valid outcome: the champion stays.
+Every comparison is paired on the same items (tasks/gate/evidence.py) and gives an interval on the
+relative degradation (positive = worse) and a one-sided test against the metric's `investigate`
+budget. With `gate.slice_correction: holm` all of one variant's tests (each metric overall and on
+every slice large enough to gate) form one family, so the chance that a variant no worse than its
+budgets is rejected anywhere stays ≤ (1 − confidence) / 2 however many slices there are, while a
+single slice that regresses clearly can still reject it. Verdicts:
+
+- `reject`: some metric, overall or on a slice, is beyond its `investigate` budget with confidence
+  (or the judge, when its measured reliability earns it a vote, says it loses with confidence);
+- `pass`: not rejected, and every gating metric's interval ends within its `enable` budget;
+- `monitor`: not rejected, perplexity's interval within its `monitor` budget, and every task
+  metric still possibly within its own (too few items to call): canary only with the judge on
+  live traffic (seed 000's middle tier);
+- `inconclusive`: none of these; the reason names the metric and the items that would decide it.
+
+A wide interval alone never rejects, and one metric's gain never offsets another's loss: each task
+gates on the metric that measures it (gate.task_metrics). Among `pass` (then `monitor`)
+non-control variants the winner is the best by the conf objective on measured numbers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 from quantgate.conf.schema import OBJECTIVES, GateConf
 from quantgate.tasks.evaluate.lmeval import LmEvalResult
 from quantgate.tasks.evaluate.perplexity import EvalResult
+from quantgate.tasks.gate.evidence import OVERALL, Check, perplexity_checks, task_checks
+from quantgate.tasks.gate.paired import holm
 from quantgate.tasks.judge.pairwise import JudgeSummary
 from quantgate.tasks.judge.reliability import JudgeVote
+
+SHIPPABLE = ("pass", "monitor")
 
 
 @dataclass(frozen=True)
@@ -31,6 +46,7 @@ class VariantScores:
     size_bytes: int = 0
     bits_per_weight: float = float("nan")
     quantize_seconds: float = float("nan")
+    quantize_cpu_seconds: float = float("nan")
     error: str = ""
     lmeval: LmEvalResult | None = None
     judge: JudgeSummary | None = None
@@ -39,97 +55,165 @@ class VariantScores:
     perf: dict[str, float] = field(default_factory=dict)
     checkpoint: str | None = None  # the evaluated checkpoint folder (None: nothing to register)
 
+    @property
+    def stage(self) -> str:
+        """The last stage this variant reached: ppl | tasks | judge | bench (none: it failed)."""
+        if self.eval is None:
+            return "none"
+        return ("bench" if self.perf else "judge" if self.judge else "tasks" if self.lmeval else "ppl")
+
 
 @dataclass(frozen=True)
 class Verdict:
     name: str
-    passed: bool
+    status: str  # pass | monitor | reject | inconclusive
+    decided_by: str = ""  # "<metric>@<slice>", "<metric>", "judge", "error"
+    stage: str = "none"
+    reasons: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    # Point estimates for tables and plots: baseline / variant PPL; variant / baseline task score.
     recovery: float = float("nan")
     worst_slice: str = ""
     worst_recovery: float = float("nan")
-    reasons: list[str] = field(default_factory=list)
-    task_recovery: dict[str, float] = field(default_factory=dict)  # "lmeval.<task>.<metric>"
-    worst_task_slice: str = ""  # "<task>.<metric>@<slice>"
+    task_recovery: dict[str, float] = field(default_factory=dict)
+    worst_task_slice: str = ""
     worst_task_slice_recovery: float = float("nan")
-    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        """May go to the canary (a `monitor` variant only with the judge watching)."""
+        return self.status in SHIPPABLE
 
 
-@dataclass(frozen=True)
-class GateDecision:
-    verdicts: dict[str, Verdict]
-    winner: str | None
-    reason: str
+def _recovery(c: Check) -> float:
+    d = c.interval.estimate
+    return 1 / (1 + d) if c.metric == "ppl" else 1 - d
 
 
-def slice_recoveries(baseline: EvalResult, variant: EvalResult, min_tokens: int) -> dict[str, float]:
-    return {
-        name: base.ppl / variant.slices[name].ppl
-        for name, base in baseline.slices.items()
-        if base.tokens >= min_tokens and name in variant.slices
-    }
+def _pct(c: Check) -> str:
+    i = c.interval
+    return f"{c.key} {i.estimate:+.1%} [{i.low:+.1%}, {i.high:+.1%}]"
 
 
-def task_recoveries(baseline: LmEvalResult, variant: LmEvalResult, *, min_items: int
-                    ) -> tuple[dict[str, float], dict[str, float], list[str]]:
-    """(per metric, per metric@slice, notes): variant / baseline for higher-is-better metrics."""
-    overall, per_slice, notes = {}, {}, []
-    for metric, base in sorted(baseline.metrics.items()):
-        if metric not in variant.metrics:
-            notes.append(f"lmeval.{metric} missing for this variant")
-        elif base <= 0:
-            notes.append(f"lmeval.{metric}: baseline scores 0, does not gate")
-        else:
-            overall[f"lmeval.{metric}"] = variant.metrics[metric] / base
-    for metric, slices in baseline.slices.items():
-        for name, (base, items) in slices.items():
-            got = variant.slices.get(metric, {}).get(name)
-            if items >= min_items and base > 0 and got is not None:
-                per_slice[f"lmeval.{metric}@{name}"] = got[0] / base
-    return overall, per_slice, notes
+def corrected(checks: list[Check], gate: GateConf) -> list[Check]:
+    """Each check's `rejected`, one-sided at (1 − confidence) / 2 (the interval's lower end), with
+    Holm's step-down across the variant's whole family when conf asks for it."""
+    alpha = (1 - gate.confidence) / 2
+    pvalues = {c.key: c.interval.p_beyond for c in checks}
+    if gate.slice_correction == "holm":
+        rejected = holm(pvalues, alpha=alpha)
+    else:
+        rejected = {k: p <= alpha for k, p in pvalues.items()}
+    return [dataclasses.replace(c, rejected=rejected[c.key]) for c in checks]
 
 
-def gate_variant(v: VariantScores, baseline: EvalResult, gate: GateConf, *, min_tokens: int,
-                 baseline_lmeval: LmEvalResult | None = None, min_slice_items: int,
-                 judge_vote: JudgeVote | None = None) -> Verdict:
-    if v.eval is None:
-        return Verdict(v.name, False, reasons=[f"failed: {v.error}"])
-    threshold = gate.threshold("ppl")
-    recovery = baseline.ppl / v.eval.ppl
-    per_slice = slice_recoveries(baseline, v.eval, min_tokens)
-    worst = min(per_slice, key=per_slice.__getitem__) if per_slice else "overall"
-    worst_rec = per_slice.get(worst, recovery)
-    reasons, notes = [], []
-    if recovery < threshold:
-        reasons.append(f"ppl recovery {recovery:.3f} < {threshold}")
-    if worst_rec < threshold:
-        reasons.append(f"worst slice {worst} recovery {worst_rec:.3f} < {threshold}")
-    tasks, task_slices = {}, {}
-    if baseline_lmeval is not None:
-        if v.lmeval is None:
-            reasons.append("lm-eval did not run")
-        else:
-            tasks, task_slices, notes = task_recoveries(baseline_lmeval, v.lmeval, min_items=min_slice_items)
-    for metric, rec in tasks.items():
-        if rec < gate.threshold(metric):
-            reasons.append(f"{metric} recovery {rec:.3f} < {gate.threshold(metric)}")
+def _point_estimates(checks: list[Check]) -> dict:
+    ppl = {c.slice: _recovery(c) for c in checks if c.metric == "ppl"}
+    slices = {k: r for k, r in ppl.items() if k != OVERALL}
+    worst = min(slices, key=slices.__getitem__) if slices else ""
+    tasks = {c.metric: _recovery(c) for c in checks if c.metric != "ppl" and c.slice == OVERALL}
+    task_slices = {c.key: _recovery(c) for c in checks if c.metric != "ppl" and c.slice != OVERALL}
     worst_task = min(task_slices, key=task_slices.__getitem__) if task_slices else ""
-    if worst_task:
-        rec, need = task_slices[worst_task], gate.threshold(worst_task.split("@")[0])
-        if rec < need:
-            reasons.append(f"worst slice {worst_task} recovery {rec:.3f} < {need}")
-    if judge_vote is not None:
-        if v.judge is None:
-            notes.append("judge did not run")
-        elif not judge_vote.counts:
-            notes.append(judge_vote.note)
-        elif (v.judge.decided < judge_vote.min_decided
-              or not v.judge.swap_consistency >= judge_vote.min_consistency):
-            notes.append(f"judge inconclusive: {v.judge.decided} decided pairs, swap consistency "
-                         f"{v.judge.swap_consistency:.2f} on this run's prompts")
-        elif not v.judge.ci_low >= judge_vote.margin:
-            reasons.append(f"judge win-or-tie CI low {v.judge.ci_low:.2f} < {judge_vote.margin}")
-    return Verdict(v.name, not reasons, recovery, worst, worst_rec, reasons, tasks, worst_task,
-                   task_slices.get(worst_task, float("nan")), notes)
+    return {"recovery": ppl.get(OVERALL, math.nan), "worst_slice": worst,
+            "worst_recovery": slices.get(worst, ppl.get(OVERALL, math.nan)), "task_recovery": tasks,
+            "worst_task_slice": worst_task,
+            "worst_task_slice_recovery": task_slices.get(worst_task, math.nan)}
+
+
+def gate_variant(v: VariantScores, baseline: VariantScores, gate: GateConf, *, min_slice_tokens: int,
+                 min_slice_items: int, judge_vote: JudgeVote | None = None) -> Verdict:
+    if v.eval is None:
+        status = "inconclusive" if v.error.startswith("skipped") else "reject"
+        return Verdict(v.name, status, "error", "none", [v.error or "not evaluated"])
+    assert baseline.eval is not None, "the baseline is evaluated before the gate"
+    checks = perplexity_checks(baseline.eval, v.eval, gate, min_tokens=min_slice_tokens)
+    notes: list[str] = []
+    if baseline.lmeval is not None and v.lmeval is not None:
+        more, notes = task_checks(baseline.lmeval.samples_path, v.lmeval.samples_path, gate,
+                                  min_items=min_slice_items)
+        checks += more
+    checks = corrected(checks, gate)
+    status, decided_by, reasons, judge_notes = _status(v, baseline, checks, gate, judge_vote)
+    return Verdict(v.name, status, decided_by, v.stage, reasons, notes + judge_notes, checks,
+                   **_point_estimates(checks))
+
+
+def screen(baseline: VariantScores, v: VariantScores, gate: GateConf, *, min_slice_tokens: int) -> Verdict:
+    """The perplexity stage alone: a variant rejected here skips the later stages when gate.staged
+    (its final verdict is this one: the same tests)."""
+    ppl_only = dataclasses.replace(v, lmeval=None, judge=None, perf={})
+    return gate_variant(ppl_only, dataclasses.replace(baseline, lmeval=None), gate,
+                        min_slice_tokens=min_slice_tokens, min_slice_items=1)
+
+
+def _status(v: VariantScores, baseline: VariantScores, checks: list[Check], gate: GateConf,
+            vote: JudgeVote | None) -> tuple[str, str, list[str], list[str]]:
+    family = f"Holm across {len(checks)} tests" if gate.slice_correction == "holm" else "uncorrected"
+    if rejected := [c for c in checks if c.rejected]:
+        # a metric rejected overall is named as such; else the slice with the strongest evidence
+        c = min(rejected, key=lambda c: (c.slice != OVERALL, c.interval.p_beyond, -c.interval.estimate))
+        at = f" (rejected at stage {v.stage})" if v.stage == "ppl" and v.lmeval is None else ""
+        return "reject", c.key, [f"{_pct(c)} beyond investigate budget "
+                                 f"{gate.budget(c.metric).investigate:.1%} with confidence "
+                                 f"(p={c.interval.p_beyond:.4f}, {family}){at}"], []
+    judge_ok, judge_notes = _judge(v, vote)
+    if judge_ok is False:
+        j = v.judge
+        assert j is not None and vote is not None
+        return "reject", "judge", [f"judge win-or-tie {j.win_or_tie:.2f} [{j.ci_low:.2f}, {j.ci_high:.2f}] "
+                                   f"below margin {vote.margin} with confidence"], judge_notes
+    if baseline.lmeval is not None and v.lmeval is None:
+        return "inconclusive", "lmeval", ["task evals did not run for this variant; "
+                                          f"{v.error or 'no result'}"], judge_notes
+    overall = [c for c in checks if c.slice == OVERALL]
+    slack = {c.key: gate.budget(c.metric).enable - c.interval.high for c in overall}
+    binding = min(overall, key=lambda c: slack[c.key])
+    if slack[binding.key] >= 0 and judge_ok is not None:
+        limit = gate.budget(binding.metric).enable
+        return "pass", binding.key, [f"every gating metric within its enable budget; closest: "
+                                     f"{_pct(binding)} ≤ {limit:.1%}"], judge_notes
+    ppl_beyond = [c for c in overall if c.metric == "ppl" and c.interval.high > gate.budget("ppl").monitor]
+    tasks_beyond = [c for c in overall
+                    if c.metric != "ppl" and c.interval.low > gate.budget(c.metric).monitor]
+    if not ppl_beyond and not tasks_beyond:
+        uncertain = [c for c in overall if c.interval.high > gate.budget(c.metric).enable] or [binding]
+        c = max(uncertain, key=lambda c: c.interval.high - gate.budget(c.metric).enable)
+        return "monitor", c.key, [f"{_pct(c)} too uncertain to pass (enable "
+                                  f"{gate.budget(c.metric).enable:.1%}); perplexity within monitor "
+                                  f"{gate.budget('ppl').monitor:.0%}: canary only with the judge watching "
+                                  f"live traffic; {_items(c)}"], judge_notes
+    c = (ppl_beyond or tasks_beyond)[0]
+    return "inconclusive", c.key, [f"{_pct(c)} beyond the monitor budget {gate.budget(c.metric).monitor:.1%} "
+                                   f"but not beyond investigate {gate.budget(c.metric).investigate:.1%} "
+                                   f"with confidence: investigate; {_items(c)}"], judge_notes
+
+
+def _items(c: Check) -> str:
+    need = c.items_to_decide
+    if math.isinf(need):
+        return "no number of items decides it at this effect"
+    return f"~{int(need)} items would decide it at the observed effect (have {c.interval.n}): collect more"
+
+
+def _judge(v: VariantScores, vote: JudgeVote | None) -> tuple[bool | None, list[str]]:
+    """True: counts and does not block a pass; None: counts, not enough to pass; False: counts and
+    rejects. A judge that does not count (advisory, did not run, too few decided pairs) is True."""
+    if vote is None:
+        return True, []
+    j = v.judge
+    if j is None:
+        return True, ["judge did not run"] if v.lmeval is not None else []
+    if not vote.counts:
+        return True, [vote.note]
+    if j.decided < vote.min_decided or not j.swap_consistency >= vote.min_consistency:
+        return True, [f"judge inconclusive: {j.decided} decided pairs, swap consistency "
+                      f"{j.swap_consistency:.2f} on this run's prompts"]
+    if j.ci_high < vote.margin:
+        return False, []
+    if not j.ci_low >= vote.margin:
+        return None, [f"judge win-or-tie CI low {j.ci_low:.2f} < {vote.margin}: at best monitor"]
+    return True, []
 
 
 def _objective_value(v: VariantScores, key: str) -> float:
@@ -142,18 +226,23 @@ def _objective_value(v: VariantScores, key: str) -> float:
     return float("inf") if math.isnan(value) else value
 
 
-def decide(
-    baseline: EvalResult, variants: list[VariantScores], gate: GateConf, *, min_slice_tokens: int,
-    baseline_lmeval: LmEvalResult | None = None, min_slice_items: int,
-    judge_vote: JudgeVote | None = None,
-) -> GateDecision:
-    verdicts = {v.name: gate_variant(v, baseline, gate, min_tokens=min_slice_tokens,
-                                     baseline_lmeval=baseline_lmeval, min_slice_items=min_slice_items,
-                                     judge_vote=judge_vote)
+@dataclass(frozen=True)
+class GateDecision:
+    verdicts: dict[str, Verdict]
+    winner: str | None
+    reason: str
+
+
+def decide(baseline: VariantScores, variants: list[VariantScores], gate: GateConf, *,
+           min_slice_tokens: int, min_slice_items: int, judge_vote: JudgeVote | None = None) -> GateDecision:
+    verdicts = {v.name: gate_variant(v, baseline, gate, min_slice_tokens=min_slice_tokens,
+                                     min_slice_items=min_slice_items, judge_vote=judge_vote)
                 for v in variants}
     eligible = [v for v in variants if verdicts[v.name].passed and not v.control]
     if not eligible:
         return GateDecision(verdicts, None, "no variant passed the gate: the champion stays")
-    best = min(eligible, key=lambda v: tuple(_objective_value(v, k) for k in gate.objective))
-    return GateDecision(verdicts, best.name,
-                        f"{best.name} passes and is best by {', '.join(gate.objective)}")
+    best = min(eligible, key=lambda v: (verdicts[v.name].status != "pass",
+                                        *(_objective_value(v, k) for k in gate.objective)))
+    status = verdicts[best.name].status
+    how = "passes" if status == "pass" else "is within the monitor tier (canary with the judge watching)"
+    return GateDecision(verdicts, best.name, f"{best.name} {how} and is best by {', '.join(gate.objective)}")

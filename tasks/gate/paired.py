@@ -33,6 +33,11 @@ class Interval:
     high: float
     n: int
     level: float
+    # One-sided p-value of "degradation <= beyond" (the budget tested against), from the bootstrap's
+    # standard error (a Wald test: unlike counting resamples it resolves the small p-values that
+    # Holm's correction over dozens of slices needs). 1.0 when nothing was tested.
+    beyond: float = math.nan
+    p_beyond: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -49,11 +54,13 @@ class Flips:
 
 
 def _interval(samples: tuple[np.ndarray, ...], statistic, *, level: float, resamples: int,
-              seed: int) -> Interval:
+              seed: int, beyond: float | None) -> Interval:
     n = len(samples[0])
     estimate = float(statistic(*samples, axis=-1))
+    tested = math.nan if beyond is None else beyond
     if n < 2 or np.array_equal(samples[0], samples[1]):  # same answers: nothing to resample
-        return Interval(estimate, estimate, estimate, n, level)
+        p = 1.0 if beyond is None or estimate <= beyond else 0.0
+        return Interval(estimate, estimate, estimate, n, level, tested, p)
     with np.errstate(divide="ignore", invalid="ignore"):
         for method in ("BCa", "percentile"):  # BCa is undefined on some degenerate resamplings
             res = stats.bootstrap(samples, statistic, paired=True, vectorized=True, n_resamples=resamples,
@@ -61,11 +68,15 @@ def _interval(samples: tuple[np.ndarray, ...], statistic, *, level: float, resam
             low, high = res.confidence_interval
             if not (math.isnan(low) or math.isnan(high)):
                 break
-    return Interval(estimate, float(low), float(high), n, level)
+    p = 1.0
+    if beyond is not None:
+        se = float(np.std(res.bootstrap_distribution, ddof=1))
+        p = float(stats.norm.sf((estimate - beyond) / se)) if se > 0 else float(estimate <= beyond)
+    return Interval(estimate, float(low), float(high), n, level, tested, p)
 
 
 def score_degradation(baseline: Sequence[float], variant: Sequence[float], *, level: float = 0.95,
-                      resamples: int = 2000, seed: int = 0) -> Interval:
+                      resamples: int = 2000, seed: int = 0, beyond: float | None = None) -> Interval:
     """1 − mean(variant) / mean(baseline) over the same items, for a higher-is-better score
     (accuracy, exact match, F1). Baseline mean 0 has no relative degradation: ValueError."""
     b, v = _pair(baseline, variant)
@@ -75,12 +86,12 @@ def score_degradation(baseline: Sequence[float], variant: Sequence[float], *, le
     def statistic(base: np.ndarray, var: np.ndarray, axis: int = -1) -> np.ndarray:
         return 1.0 - var.mean(axis=axis) / base.mean(axis=axis)
 
-    return _interval((b, v), statistic, level=level, resamples=resamples, seed=seed)
+    return _interval((b, v), statistic, level=level, resamples=resamples, seed=seed, beyond=beyond)
 
 
 def perplexity_degradation(baseline_nll: Sequence[float], variant_nll: Sequence[float],
                            tokens: Sequence[int], *, level: float = 0.95, resamples: int = 2000,
-                           seed: int = 0) -> Interval:
+                           seed: int = 0, beyond: float | None = None) -> Interval:
     """variant PPL / baseline PPL − 1, from each request's summed NLL (nats) under both models over
     the same scored tokens; requests are the resampled unit (tokens within one are not independent)."""
     b, v = _pair(baseline_nll, variant_nll)
@@ -91,7 +102,7 @@ def perplexity_degradation(baseline_nll: Sequence[float], variant_nll: Sequence[
     def statistic(base: np.ndarray, var: np.ndarray, tok: np.ndarray, axis: int = -1) -> np.ndarray:
         return np.expm1((var.sum(axis=axis) - base.sum(axis=axis)) / tok.sum(axis=axis))
 
-    return _interval((b, v, t), statistic, level=level, resamples=resamples, seed=seed)
+    return _interval((b, v, t), statistic, level=level, resamples=resamples, seed=seed, beyond=beyond)
 
 
 def flips(baseline: Sequence[int], variant: Sequence[int]) -> Flips:
@@ -107,12 +118,12 @@ def mcnemar_p(f: Flips) -> float:
     return 1.0 if discordant == 0 else float(stats.binomtest(f.lost, discordant, 0.5).pvalue)
 
 
-def items_to_detect(effect: float, sd_diff: float, *, alpha: float = 0.05, power: float = 0.8) -> int:
+def items_to_detect(effect: float, sd_diff: float, *, alpha: float = 0.05, power: float = 0.8) -> float:
     """Items a two-sided paired test at `alpha` needs to find a mean per-item difference `effect`
     with probability `power`, when per-item differences have standard deviation `sd_diff`
     (normal approximation: n = ((z₁₋α/₂ + z_power) σ / effect)²)."""
     if effect == 0:
-        return math.inf  # type: ignore[return-value] - no sample size finds a zero effect
+        return math.inf  # no sample size finds a zero effect
     z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
     return math.ceil((z * sd_diff / abs(effect)) ** 2)
 
@@ -134,3 +145,25 @@ def _pair(baseline: Sequence[float], variant: Sequence[float]) -> tuple[np.ndarr
     if b.ndim != 1 or b.shape != v.shape or not len(b):
         raise ValueError(f"paired items: baseline has {b.shape}, variant {v.shape}; need the same items")
     return b, v
+
+
+def items_to_decide_score(baseline: Sequence[float], variant: Sequence[float], *, budget: float,
+                          alpha: float = 0.05, power: float = 0.8) -> float:
+    """Items that would tell, at the observed effect, whether 1 − mean(v)/mean(b) is above or below
+    `budget`: that degradation equals the budget exactly when mean((1 − budget)·b − v) = 0, so the
+    per-item differences (1 − budget)·b_i − v_i are what a paired test on more items would see."""
+    b, v = _pair(baseline, variant)
+    d = (1 - budget) * b - v
+    return items_to_detect(float(d.mean()), float(d.std(ddof=1)) if len(d) > 1 else 0.0,
+                           alpha=alpha, power=power)
+
+
+def items_to_decide_ppl(baseline_nll: Sequence[float], variant_nll: Sequence[float],
+                        tokens: Sequence[int], *, budget: float, alpha: float = 0.05,
+                        power: float = 0.8) -> float:
+    """As `items_to_decide_score`, for PPL ratio − 1 against `budget`: the ratio equals 1 + budget
+    exactly when the mean of v_i − b_i − log(1 + budget)·t_i over requests is 0."""
+    b, v = _pair(baseline_nll, variant_nll)
+    d = v - b - math.log1p(budget) * np.asarray(tokens, dtype=float)
+    return items_to_detect(float(d.mean()), float(d.std(ddof=1)) if len(d) > 1 else 0.0,
+                           alpha=alpha, power=power)

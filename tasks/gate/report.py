@@ -2,15 +2,42 @@
 
 from __future__ import annotations
 
+import math
+
 from quantgate.conf.schema import GateConf
 from quantgate.tasks.evaluate.lmeval import LmEvalResult
 from quantgate.tasks.evaluate.perplexity import EvalResult
 from quantgate.tasks.gate.decide import GateDecision, VariantScores
+from quantgate.tasks.gate.evidence import OVERALL, Check
 from quantgate.tasks.judge.reliability import JudgeVote
 
-HEADER = ("variant", "PPL", "recovery", "worst slice (PPL, recovery)", "tasks: worst recovery",
-          "tasks: worst slice", "judge win-or-tie [95% CI]", "size MB", "bits/w", "decode × baseline",
-          "J/token", "quantize s", "verdict")
+HEADER = ("variant", "PPL", "PPL Δ [CI]", "worst PPL slice Δ", "worst task Δ [CI]", "flips (task)",
+          "judge win-or-tie [95% CI]", "size MB", "bits/w", "decode × baseline", "J/token", "quantize s",
+          "stage", "verdict (decided by)")
+
+
+def _delta(c: Check | None) -> str:
+    if c is None:
+        return "-"
+    i = c.interval
+    return f"{c.key.removeprefix('lmeval.')} {i.estimate:+.1%} [{i.low:+.1%}, {i.high:+.1%}]"
+
+
+def _worst(checks: list[Check], *, ppl: bool, overall: bool) -> Check | None:
+    """The check whose interval reaches furthest into degradation, among the kind asked for."""
+    pool = [c for c in checks if (c.metric == "ppl") == ppl and (c.slice == OVERALL) == overall]
+    return max(pool, key=lambda c: c.interval.high) if pool else None
+
+
+def _flips(checks: list[Check]) -> str:
+    flipped = [c for c in checks if c.flips is not None and c.slice == OVERALL]
+    if not flipped:
+        return "-"
+    c = max(flipped, key=lambda c: c.flips.share if c.flips else 0)
+    f = c.flips
+    assert f is not None
+    name = c.metric.removeprefix("lmeval.")
+    return f"{name} {f.share:.0%} (−{f.lost}/+{f.gained}, McNemar p={c.mcnemar_p:.2g})"
 
 
 def _perf_cells(perf: dict[str, float]) -> tuple[str, str]:
@@ -35,25 +62,45 @@ def comparison_rows(
             label = v.error if v.error.startswith("skipped") else f"FAILED: {v.error}"
             rows.append((v.name, *["-"] * (len(HEADER) - 2), label))
             continue
-        tasks = verdict.task_recovery
-        worst_task = min(tasks, key=tasks.__getitem__) if tasks else ""
-        task_txt = f"{worst_task.removeprefix('lmeval.')} {tasks[worst_task]:.3f}" if worst_task else "-"
-        task_slice = (f"{verdict.worst_task_slice.removeprefix('lmeval.')} "
-                      f"{verdict.worst_task_slice_recovery:.3f}" if verdict.worst_task_slice else "-")
         j = v.judge
         judge_txt = f"{j.win_or_tie:.2f} [{j.ci_low:.2f}, {j.ci_high:.2f}] n={j.decided}" if j else "-"
-        worst = v.eval.slices.get(verdict.worst_slice)
-        worst_txt = (f"{verdict.worst_slice} ({worst.ppl:.3f}, {verdict.worst_recovery:.3f})"
-                     if worst else "-")
-        label = "PASS" if verdict.passed else "fail: " + "; ".join(verdict.reasons)
+        label = f"{verdict.status.upper()} ({verdict.decided_by})"
         if v.control:
             label = f"control, {label}"
         if decision.winner == v.name:
-            label = f"WINNER ({label})"
-        rows.append((v.name, f"{v.eval.ppl:.3f}", f"{verdict.recovery:.3f}", worst_txt, task_txt,
-                     task_slice, judge_txt, f"{v.size_bytes / 1e6:.1f}", f"{v.bits_per_weight:.2f}",
-                     *_perf_cells(v.perf), f"{v.quantize_seconds:.1f}", label))
+            label = f"WINNER, {label}"
+        overall = next(c for c in verdict.checks if c.metric == "ppl" and c.slice == OVERALL)
+        i = overall.interval
+        ppl_delta = f"{i.estimate:+.1%} [{i.low:+.1%}, {i.high:+.1%}]"
+        rows.append((v.name, f"{v.eval.ppl:.3f}", ppl_delta,
+                     _delta(_worst(verdict.checks, ppl=True, overall=False)),
+                     _delta(_worst(verdict.checks, ppl=False, overall=True)), _flips(verdict.checks),
+                     judge_txt, f"{v.size_bytes / 1e6:.1f}", f"{v.bits_per_weight:.2f}",
+                     *_perf_cells(v.perf), f"{v.quantize_seconds:.1f}", verdict.stage, label))
     return rows
+
+
+def decision_lines(decision: GateDecision) -> list[str]:
+    """One line per variant: the verdict, what decided it and why."""
+    return [f"- **{name}**: {v.status} (decided by `{v.decided_by}`, stage {v.stage}): "
+            + "; ".join(v.reasons) for name, v in decision.verdicts.items()]
+
+
+def evidence_table(decision: GateDecision) -> str:
+    """Every gating metric overall, with its interval and p-value, per variant; rejected slices too."""
+    rows = []
+    for name, v in decision.verdicts.items():
+        for c in v.checks:
+            if c.slice != OVERALL and not c.rejected:
+                continue
+            i = c.interval
+            rows.append((name, c.key, f"{i.estimate:+.2%}", f"[{i.low:+.2%}, {i.high:+.2%}]", str(i.n),
+                         f"{i.p_beyond:.4f}", "yes" if c.rejected else "",
+                         f"{c.flips.share:.0%}" if c.flips else "-",
+                         "-" if math.isinf(c.items_to_decide) else str(int(c.items_to_decide))))
+    header = ("variant", "metric", "Δ", "CI", "n", "p (beyond investigate)", "rejected", "flips",
+              "items to decide")
+    return markdown_table(rows, header)
 
 
 def markdown_table(rows: list[tuple[str, ...]], header: tuple[str, ...] = HEADER) -> str:
@@ -107,12 +154,24 @@ def gate_report(
         f"**Decision:** {decision.reason}.",
         "",
         f"Held-out traffic: {heldout_requests} requests, {heldout_tokens} scored answer tokens. "
-        f"Threshold: recovery ≥ {gate.threshold('ppl')} for PPL (baseline / variant) and for every "
-        f"lm-eval task metric (variant / baseline), overall and on the worst slice (slices with "
-        f"≥ {min_slice_tokens} tokens for PPL). Objective among passing "
-        f"non-control variants: {', '.join(gate.objective)}.",
+        f"Δ is the relative degradation against the baseline, paired on the same requests and items "
+        f"(positive = worse: PPL ratio − 1, 1 − task score ratio), with its {gate.confidence:.0%} "
+        f"bootstrap interval. Budgets (enable / monitor / investigate): "
+        + "; ".join(f"{k} {b.enable:.1%} / {b.monitor:.1%} / {b.investigate:.1%}"
+                    for k, b in gate.budgets.items())
+        + f". Reject: beyond investigate with confidence, {gate.slice_correction} correction across "
+        f"each variant's tests (slices with ≥ {min_slice_tokens} tokens for PPL). Objective among "
+        f"pass (then monitor) non-control variants: {', '.join(gate.objective)}.",
         "",
         markdown_table(rows),
+        "",
+        "## Verdicts",
+        "",
+        *decision_lines(decision),
+        "",
+        "## Paired evidence (gating metrics overall; slices where they reject)",
+        "",
+        evidence_table(decision),
         "",
     ]
     if baseline_lmeval is not None:

@@ -12,7 +12,8 @@ from prefect import task
 
 from quantgate.conf.methods import VariantSpec
 from quantgate.conf.schema import GateConf, JudgeConf
-from quantgate.tasks.gate.decide import GateDecision, VariantScores, decide
+from quantgate.tasks.evaluate.perplexity import EvalResult
+from quantgate.tasks.gate.decide import GateDecision, VariantScores, Verdict, decide, gate_variant, screen
 from quantgate.tasks.gate.report import HEADER, comparison_rows, gate_report, markdown_table
 from quantgate.tasks.judge.reliability import JudgeVote, judge_vote
 from quantgate.tasks.model.size import checkpoint_size
@@ -44,10 +45,36 @@ def gate_task(*, baseline: VariantScores, variants: list[VariantScores], bench: 
               gate: GateConf, judge: JudgeConf, min_slice_tokens: int, min_slice_items: int) -> GateOutcome:
     base, scores = scored(baseline, bench), [scored(v, bench) for v in variants]
     vote = judge_vote(judge) if judge.enabled else None
-    assert base.eval is not None, "the baseline is evaluated before the gate"
-    decision = decide(base.eval, scores, gate, min_slice_tokens=min_slice_tokens,
-                      baseline_lmeval=base.lmeval, min_slice_items=min_slice_items, judge_vote=vote)
+    decision = decide(base, scores, gate, min_slice_tokens=min_slice_tokens,
+                      min_slice_items=min_slice_items, judge_vote=vote)
     return GateOutcome(base, scores, decision, vote)
+
+
+@task(name="screen", task_run_name="screen-{variant}")
+def screen_task(*, variant: str, baseline: EvalResult, evaluated: EvalResult, gate: GateConf,
+                min_slice_tokens: int) -> Verdict:
+    """The perplexity stage's verdict on one variant (the flow skips its later stages on a reject)."""
+    return screen(VariantScores("baseline", "baseline", True, baseline),
+                  VariantScores(variant, "", False, evaluated), gate, min_slice_tokens=min_slice_tokens)
+
+
+@task(name="survivors")
+def survivors_task(*, baseline: VariantScores, variants: list[VariantScores], gate: GateConf,
+                   min_slice_tokens: int, min_slice_items: int) -> list[str]:
+    """The variants that go on to the judge and the bench: every evaluated one, less (gate.staged)
+    those the perplexity and task evidence already rejects."""
+    out = []
+    for v in variants:
+        if v.eval is None:
+            continue
+        verdict = gate_variant(v, baseline, gate, min_slice_tokens=min_slice_tokens,
+                               min_slice_items=min_slice_items) if gate.staged else None
+        if verdict is not None and verdict.status == "reject":
+            print(f"      {v.name}: rejected at stage {verdict.stage} by {verdict.decided_by}, skips the "
+                  "judge and the bench")
+        else:
+            out.append(v.name)
+    return out
 
 
 def pareto_points(outcome: GateOutcome) -> list[ParetoPoint]:
@@ -87,6 +114,7 @@ def report_task(*, model_name: str, model_path: str, outcome: GateOutcome, plan:
                        min_slice_tokens=min_slice_tokens, baseline_lmeval=base.lmeval,
                        variants=outcome.variants, judge_vote=outcome.vote)
     predicted = predicted_for(model_path, bench_hardware, bench, list(specs))
-    files = performance_files(out, plan, bench, pareto_points(outcome), predicted, threshold=gate.recovery)
+    files = performance_files(out, plan, bench, pareto_points(outcome), predicted,
+                                threshold=1 / (1 + gate.budget("ppl").enable))
     text += "\n" + performance_section(plan, bench, bench_hardware, predicted)
     return RunReport(text, rows, HEADER, {**files, "config": str(out / "pipeline_config.json")})

@@ -2,9 +2,10 @@
 for every method `conf.methods.SPECS` lists. Two kinds:
 
 - llm-compressor recipes: `build_recipe(spec) -> list[modifier]`, optional `runtime_patches()`;
-- our own layer loops (QuIP#, AQLM): `quantize_model(spec, *, model, hessians, deadline)`.
+- our own layer loops (QuIP#, AQLM): `quantize_model(spec, *, model, hessians, deadline)`;
+- plain conversions saved as dense checkpoints (the bf16 control): `convert(spec, model) -> model`.
 
-Either kind sets `NEEDS_CALIBRATION`. Nothing to register here: adding a method is its spec class,
+Every kind sets `NEEDS_CALIBRATION`. Nothing to register here: adding a method is its spec class,
 its line in `SPECS` and its module."""
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ def quantizer_for(method: str) -> ModuleType:
     if method not in METHOD_NAMES:
         raise KeyError(f"method: unknown {method!r}; known: {', '.join(METHOD_NAMES)}")
     module = importlib.import_module(f"{METHODS_PACKAGE}.{method}")
-    if not hasattr(module, "NEEDS_CALIBRATION") or not (
-            hasattr(module, "build_recipe") or hasattr(module, "quantize_model")):
-        raise TypeError(f"{module.__name__}: a method module needs NEEDS_CALIBRATION and build_recipe "
-                        "or quantize_model")
+    kinds = ("build_recipe", "quantize_model", "convert")
+    if not hasattr(module, "NEEDS_CALIBRATION") or not any(hasattr(module, k) for k in kinds):
+        raise TypeError(f"{module.__name__}: a method module needs NEEDS_CALIBRATION and build_recipe, "
+                        "quantize_model or convert")
     return module
 
 

@@ -44,13 +44,14 @@ class QuantizeResult:
     checkpoint: str
     seconds: float
     reused: bool
+    cpu_seconds: float = float("nan")
 
 
 def quantize_code_digest(method: str) -> str:
     """Our runner, the method's module and the modules its entry point lives in (int2_gptq runs
     int4_gptq's recipe), and the library versions that do the work."""
     module = quantizer_for(method)
-    entry = getattr(module, "quantize_model", None) or module.build_recipe
+    entry = getattr(module, "quantize_model", None) or getattr(module, "convert", None) or module.build_recipe
     own = hasattr(module, "quantize_model")
     return source_digest(sys.modules[__name__], module, sys.modules[entry.__module__], wna16, codebook_format,
                          layers, finetune,
@@ -105,7 +106,7 @@ def quantize_variant(
     out = Path(out_dir)
     if (out / "DONE").is_file():
         record = json.loads((out / VARIANT_RECORD).read_text())
-        return QuantizeResult(str(out), record["seconds"], reused=True)
+        return QuantizeResult(str(out), record["seconds"], True, record.get("cpu_seconds", float("nan")))
     method = quantizer_for(spec.method)
     model = load_causal_lm(model_path)
     tokenizer = load_tokenizer(model_path)
@@ -116,11 +117,14 @@ def quantize_variant(
     patches = getattr(method, "runtime_patches", contextlib.nullcontext)
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     notes: dict[str, Any] = {}
     try:
         if hasattr(method, "quantize_model"):
             notes = _own_method(method, spec, model, tokenizer, dataset, tmp, start)
+        elif hasattr(method, "convert"):
+            method.convert(spec, model).save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
         else:
             with patches():
                 _oneshot(model, method.build_recipe(spec), dataset, max_seq_len)
@@ -131,15 +135,16 @@ def quantize_variant(
                             f"raise resources.memory_gb ({exc})") from exc
     except HessianNotPositiveDefinite as exc:
         raise QuantizeError(f"variants[{spec.name}]: {exc}") from exc
-    seconds = time.perf_counter() - start
-    record = {"spec": spec.model_dump(mode="json"), "seconds": seconds, "model": model_path,
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+    record = {"spec": spec.model_dump(mode="json"), "seconds": seconds, "cpu_seconds": cpu_seconds,
+              "model": model_path,
               "calibration": calibration_path, "samples": len(dataset or []), "notes": notes,
               "computed_with": computed_with(threads)}
     (tmp / VARIANT_RECORD).write_text(json.dumps(record, indent=1))
     (tmp / "DONE").touch()
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    return QuantizeResult(str(out), seconds, reused=False)
+    return QuantizeResult(str(out), seconds, False, cpu_seconds)
 
 
 def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, dataset: Any, out: Path,

@@ -17,6 +17,7 @@ from quantgate.tasks.perf.bench import BenchReport
 from quantgate.tasks.registry.publish import PublishInputs, RunRecord, publish_run
 from quantgate.tasks.registry.run_record import write_run_record
 from quantgate.tasks.registry.tracking import flat_params, tracking_uri
+from quantgate.tasks.runtime.clock import RunTimes
 from quantgate.tasks.traffic.prepare import PreparedTraffic
 
 
@@ -32,7 +33,7 @@ def run_key(config_json: dict, model: ModelRef, traffic: PreparedTraffic, report
 @task(name="publish-mlflow")
 def publish_task(*, config: PipelineConfig, model: ModelRef, traffic: PreparedTraffic,
                  calibration: CalibrationResult, drift: float | None, outcome: GateOutcome, report: RunReport,
-                 bench: BenchReport | None, flow_run_id: str) -> RunRecord:
+                 bench: BenchReport | None, flow_run_id: str, times: RunTimes) -> RunRecord:
     state = config.runtime.state_dir.resolve()
     config_json = config.model_dump(mode="json")
     metrics = {"traffic.valid": traffic.valid, "traffic.quarantined": traffic.quarantined,
@@ -40,6 +41,7 @@ def publish_task(*, config: PipelineConfig, model: ModelRef, traffic: PreparedTr
                **{f"traffic.pii_redacted.{k}": v for k, v in traffic.pii_redacted.items()}}
     if drift is not None:
         metrics["calibration.drift"] = drift
+    metrics |= times.metrics()
     params = flat_params({k: v for k, v in config_json.items() if k not in ("variants", "runtime")})
     params["variants"] = ",".join(v.name for v in config.variants)
     inputs = PublishInputs(
@@ -56,6 +58,7 @@ def publish_task(*, config: PipelineConfig, model: ModelRef, traffic: PreparedTr
         if bench else {"energy_method": "not measured"})
     specs = {s.name: flat_params(s.model_dump(mode="json", exclude={"name"})) for s in config.variants}
     record = publish_run(inputs, baseline=outcome.baseline, variants=outcome.variants,
-                         decision=outcome.decision, gate_report=report.markdown, variant_params=specs)
+                         decision=outcome.decision, variant_params=specs,
+                         gate_report=report.markdown + "\n## Where the time went\n\n" + times.table())
     write_run_record(state, flow_run_id, model=model, traffic=traffic, outcome=outcome, record=asdict(record))
     return record

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Run, RunStatus
+from mlflow.entities import Run, RunStatus, RunTag
 from mlflow.tracking import MlflowClient
 
 from quantgate.conf.settings import env_settings
@@ -81,12 +81,26 @@ def judge_metrics(summary: JudgeSummary) -> dict[str, float]:
 
 
 def verdict_metrics(verdict: Verdict) -> dict[str, float]:
+    """Point recoveries, and each paired interval as `gate.<metric>[.<slice>].delta_low/high`
+    (relative degradation, positive = worse) with its estimate, p-value and flips."""
     metrics = {"recovery.ppl": verdict.recovery, "recovery.ppl.worst_slice": verdict.worst_recovery,
                "gate.passed": float(verdict.passed)}
     metrics |= {metric_name("recovery", k): v for k, v in verdict.task_recovery.items()}
     if verdict.worst_task_slice:
         metrics["recovery.lmeval.worst_slice"] = verdict.worst_task_slice_recovery
+    for c in verdict.checks:
+        name = metric_name("gate", c.metric, *([] if c.slice == "overall" else [c.slice]))
+        i = c.interval
+        metrics |= {f"{name}.delta": i.estimate, f"{name}.delta_low": i.low, f"{name}.delta_high": i.high,
+                    f"{name}.p_beyond": i.p_beyond, f"{name}.n": float(i.n)}
+        if c.flips is not None:
+            metrics[f"{name}.flips"] = c.flips.share
     return metrics
+
+
+def verdict_tags(verdict: Verdict) -> dict[str, str]:
+    return {"gate.verdict": verdict.status, "gate.decided_by": verdict.decided_by,
+            "gate.stage": verdict.stage, "gate.reason": "; ".join(verdict.reasons)[:4000]}
 
 
 def log_child_run(
@@ -120,6 +134,8 @@ def log_child_run(
         metrics |= verdict_metrics(verdict)
     metrics |= scores.perf
     log_metrics(client, rid, {k: v for k, v in metrics.items() if v == v})  # NaN: not measured
+    if verdict is not None:
+        client.log_batch(rid, tags=[RunTag(k, v) for k, v in verdict_tags(verdict).items()])
     if verdict is not None and verdict.worst_slice:
         client.set_tag(rid, "gate.worst_slice", verdict.worst_slice)
     if verdict is not None and verdict.worst_task_slice:

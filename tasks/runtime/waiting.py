@@ -37,16 +37,22 @@ def _signal_of(stop: BaseException) -> str:
 
 def wait_ready(ref: Any, *, poll_s: float = POLL_S) -> None:
     """Return when the Ray object `ref` is ready (or failed); a stop unwinds within `poll_s`."""
+    while not first_ready([ref], poll_s=poll_s):
+        pass
+
+
+def first_ready(refs: list[Any], *, poll_s: float = POLL_S) -> list[Any]:
+    """The Ray objects among `refs` that are ready after at most `poll_s` (possibly none)."""
     import ray
 
-    while True:
-        try:
-            ready, _ = ray.wait([ref], timeout=poll_s)
-        except SystemError as exc:
-            if (stop := _interrupt_in(exc)) is not None:
-                note_stop(_signal_of(stop))
-                raise stop from None
-            raise
-        if ready:
-            return
-        raise_if_stopping()
+    try:
+        ready, _ = ray.wait(refs, num_returns=1, timeout=poll_s)
+    except SystemError as exc:
+        if (stop := _interrupt_in(exc)) is not None:
+            note_stop(_signal_of(stop))
+            raise stop from None
+        raise
+    raise_if_stopping()
+    if ready:  # ray.wait returns one; take every other that is ready too, without waiting
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+    return ready

@@ -95,11 +95,22 @@ def test_a_typo_in_gate_per_metric_fails_with_the_key(tmp_path):
     for key, why in [("lmeval.qg_facts_mc.accuracy", "qg_facts_mc has no metric 'accuracy'"),
                      ("lmeval.qg_fact_mc.acc", "task 'qg_fact_mc' is not in lmeval.tasks"),
                      ("perplexity", "not a gated metric")]:
-        p = _write(tmp_path, base + f"gate: {{per_metric: {{{key}: 0.9}}}}\n")
+        budget = "{enable: 0.01, monitor: 0.02, investigate: 0.03}"
+        p = _write(tmp_path, base + f"gate: {{per_metric: {{{key}: {budget}}}}}\n")
         with pytest.raises(ConfigError, match=rf"gate\.per_metric\.{key}: {why}"):
             load_config(p)
-    ok = _write(tmp_path, base + "gate: {per_metric: {ppl: 0.9, lmeval.qg_arith.exact_match: 0.8}}\n")
-    assert load_config(ok).gate.threshold("lmeval.qg_arith.exact_match") == 0.8
+    ok = _write(tmp_path, base + "gate: {per_metric: {lmeval.qg_arith.exact_match: "
+                "{enable: 0.01, monitor: 0.05, investigate: 0.1}}, budgets: {ppl: "
+                "{enable: 0.02, monitor: 0.04, investigate: 0.08}}}\n")
+    gate = load_config(ok).gate
+    assert gate.budget("lmeval.qg_arith.exact_match").investigate == 0.1
+    assert gate.budget("ppl").monitor == 0.04 and gate.budget("lmeval.qg_replay.token_f1").enable == 0.005
+    for bad, why in [("budgets: {ppl: {enable: 0.1, monitor: 0.05, investigate: 0.2}}",
+                      "enable <= monitor <= investigate"),
+                     ("task_metrics: {qg_arith: accuracy}", "qg_arith has no metric 'accuracy'"),
+                     ("budgets: {kl: {enable: 0, monitor: 0, investigate: 0}}", "gate.budgets.kl")]:
+        with pytest.raises(ConfigError, match=why):
+            load_config(_write(tmp_path, base + f"gate: {{{bad}}}\n"))
 
 
 def test_an_unknown_lmeval_task_fails_at_load_and_builtins_are_known(tmp_path):

@@ -5,8 +5,9 @@ import dataclasses
 import pytest
 import torch
 
+from quantgate.conf.schema import GateConf
 from quantgate.tasks.evaluate.perplexity import evaluate_checkpoint, read_eval
-from quantgate.tasks.gate.evidence import perplexity_intervals
+from quantgate.tasks.gate.evidence import perplexity_checks
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.traffic.load import load_traffic, write_requests
 
@@ -33,6 +34,11 @@ def evals(tiny_model, tmp_path_factory):
         return evaluate_checkpoint(str(path), str(held), str(tmp / name), window=64, batch_size=4)
 
     return run(tiny_model, "base.json"), run(variant_dir, "variant.json"), tmp
+
+
+def perplexity_intervals(base, var, *, min_tokens, resamples=200):
+    checks = perplexity_checks(base, var, GateConf(resamples=resamples), min_tokens=min_tokens)
+    return {c.slice: c.interval for c in checks}
 
 
 def test_intervals_are_centred_on_the_reported_ppl_ratios(evals):
