@@ -216,7 +216,8 @@ class GateConf(Strict):
     items). Among pass (then monitor) non-control variants the winner is the best by `objective`."""
 
     confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
-    resamples: Annotated[int, Field(ge=200)] = Field(default=2000, description="bootstrap resamples (fixed seed)")
+    resamples: Annotated[int, Field(ge=200)] = Field(default=2000,
+                                                     description="bootstrap resamples (fixed seed)")
     seed: int = 0
     slice_correction: Literal["holm", "none"] = Field(
         default="holm", description="holm: family-wise false-alarm rate <= 1 - confidence per variant")
