@@ -90,11 +90,14 @@ def _screen(config: PipelineConfig, name: str, base_ppl: PrefectFuture[Any],
                                   min_slice_tokens=config.eval.min_slice_tokens)
 
 
-def _heartbeat(started: dict[str, float]) -> Any:
+def _heartbeat(started: dict[str, float], budgets: dict[str, float]) -> Any:
+    """Prints what is still running, for how long, and (2-bit methods) against which budget."""
     def beat(running: list[tuple[str, str]]) -> None:
         now = time.monotonic()
-        print("      … running: " + ", ".join(f"{stage} {name} {now - started[f'{stage}:{name}']:.0f} s"
-                                             for stage, name in sorted(running)))
+        print("      … running: " + ", ".join(
+            f"{stage} {name} {now - started[f'{stage}:{name}']:.0f} s"
+            + (f" of {budgets[name]:.0f}" if stage == "quantize" and name in budgets else "")
+            for stage, name in sorted(running)))
     return beat
 
 
@@ -112,7 +115,8 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
     for spec in plan.runnable:
         submit("quantize", spec.name, _quantize(config, spec, model, traffic, state))
     quantized, ppl, tasks, errors = {}, {}, {}, dict(plan.skipped)
-    for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(started)):
+    budgets = {s.name: s.time_budget_s for s in plan.runnable if hasattr(s, "time_budget_s")}
+    for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(started, budgets)):
         result, err = outcome(fut)
         if err and stage == "screen":  # a failed perplexity fails its screen: report the cause
             stage, err = "perplexity", outcome(ppl[name])[1] or err

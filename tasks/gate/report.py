@@ -53,9 +53,10 @@ def comparison_rows(
     baseline: EvalResult, *, baseline_bytes: int, baseline_bpw: float,
     variants: list[VariantScores], decision: GateDecision, baseline_perf: dict[str, float] | None = None,
 ) -> list[tuple[str, ...]]:
-    rows = [("baseline", f"{baseline.ppl:.3f}", "1.000", "-", "-", "-", "-",
+    rows = [("baseline", f"{baseline.ppl:.3f}", "reference", "-", "-", "-", "-",
              f"{baseline_bytes / 1e6:.1f}", f"{baseline_bpw:.2f}", *_perf_cells(baseline_perf or {}), "-",
-             "reference")]
+             "-", "reference")]
+    assert len(rows[0]) == len(HEADER)
     for v in variants:
         verdict = decision.verdicts[v.name]
         if v.eval is None:

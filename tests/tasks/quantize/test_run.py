@@ -29,6 +29,7 @@ def _logits(path, ids):
 
 
 @pytest.mark.parametrize("spec, max_bpw", [
+    ({"name": "b", "method": "baseline_bf16"}, 16.01),
     ({"name": "f", "method": "fp8_w8a8"}, 9.0),
     ({"name": "k", "method": "kv_fp8", "num_samples": 4}, 9.0),
     ({"name": "r", "method": "int4_rtn", "group_size": 32}, 6.0),
