@@ -199,7 +199,9 @@ class Budget(Strict):
 # large model's task accuracy (FP8 costs ~2 % here, OPT-125M FP8 +1.7 % published); task metrics
 # keep the seed's 0.5 % / 1.5 % tiers.
 DEFAULT_BUDGETS = {"ppl": Budget(enable=0.03, monitor=0.06, investigate=0.10),
-                   "task": Budget(enable=0.005, monitor=0.015, investigate=0.015)}
+                   "task": Budget(enable=0.005, monitor=0.015, investigate=0.015),
+                   # mean next-token KL from the baseline, nats per token (absolute, not relative)
+                   "kl": Budget(enable=0.02, monitor=0.05, investigate=0.15)}
 # The metric that measures each local task (a broken model can raise a proxy: the collapsed int2
 # variants emit braces and score json_found at several times the baseline's).
 DEFAULT_TASK_METRICS = {"qg_facts_mc": "acc", "qg_arith": "exact_match", "qg_json_tool": "call_exact",
@@ -221,7 +223,8 @@ class GateConf(Strict):
     seed: int = 0
     slice_correction: Literal["holm", "none"] = Field(
         default="holm", description="holm: family-wise false-alarm rate <= 1 - confidence per variant")
-    budgets: dict[Literal["ppl", "task"], Budget] = Field(default_factory=lambda: dict(DEFAULT_BUDGETS))
+    budgets: dict[Literal["ppl", "kl", "task"], Budget] = Field(
+        default_factory=lambda: dict(DEFAULT_BUDGETS))
     per_metric: dict[str, Budget] = Field(
         default={}, description="`ppl` or `lmeval.<task>.<metric>` of a task in lmeval.tasks -> budget")
     task_metrics: dict[str, str] = Field(
@@ -246,7 +249,7 @@ class GateConf(Strict):
         return v
 
     def budget(self, metric: str) -> Budget:
-        return self.per_metric.get(metric) or self.budgets["ppl" if metric == "ppl" else "task"]
+        return self.per_metric.get(metric) or self.budgets[metric if metric in ("ppl", "kl") else "task"]
 
     def gates_on(self, task: str, metric: str) -> bool:
         return task not in self.task_metrics or self.task_metrics[task] == metric
@@ -306,12 +309,12 @@ class PipelineConfig(Strict):
     def _unknown_metric(self, key: str) -> str:
         """Why `key` names no metric the gate checks ("" when it does): a typo must not fall back
         silently to gate.recovery."""
-        if key == "ppl":
+        if key in ("ppl", "kl"):
             return ""
         prefix, _, rest = key.partition(".")
         task, _, metric = rest.partition(".")
         if prefix != "lmeval" or not task or not metric:
-            return "not a gated metric; use `ppl` or `lmeval.<task>.<metric>`"
+            return "not a gated metric; use `ppl`, `kl` or `lmeval.<task>.<metric>`"
         if task not in self.lmeval.tasks:
             return f"task {task!r} is not in lmeval.tasks {list(self.lmeval.tasks)}"
         known = local_tasks().get(task)

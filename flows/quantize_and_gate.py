@@ -70,10 +70,11 @@ def _quantize(config: PipelineConfig, spec: VariantSpec, model: ModelRef, traffi
 
 
 def _perplexity(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
-                traffic: PreparedTraffic) -> PrefectFuture[Any]:
+                traffic: PreparedTraffic, baseline: PrefectFuture[Any] | None = None) -> PrefectFuture[Any]:
+    """Perplexity per request; a variant's also measures its KL from the baseline's record."""
     with remote_options(num_cpus=config.eval.num_cpus):
         return evaluate_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
-                                    traffic=traffic, conf=config.eval)
+                                    traffic=traffic, conf=config.eval, baseline=baseline)
 
 
 def _tasks(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
@@ -127,7 +128,7 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             quantized[name] = result
             reused = result.reused or fut.state.name == "Cached"  # Prefect's cache returns the first result
             print(f"      {name}: quantized in {result.seconds:.1f} s{' (reused)' if reused else ''}")
-            ppl[name] = _perplexity(config, name, result.checkpoint, result.checkpoint, traffic)
+            ppl[name] = _perplexity(config, name, result.checkpoint, result.checkpoint, traffic, base_ppl)
             submit("screen", name, _screen(config, name, base_ppl, ppl[name]))
         elif stage == "screen":
             print(f"      {name}: perplexity {result.status} ({result.decided_by}): {result.reasons[0]}")

@@ -15,6 +15,7 @@ import math
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from quantgate.conf.schema import EvalConf
+from quantgate.tasks.evaluate.divergence import KlMeter, TopKRecorder
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.runtime.digest import source_digest
 from quantgate.tasks.traffic.load import read_requests
@@ -43,6 +45,7 @@ class RequestNll:
     nll: float
     tokens: int
     slices: tuple[str, ...]
+    kl: float | None = None  # summed next-token KL from the baseline (divergence.py); None: not measured
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,14 @@ class EvalResult:
     seconds: float
     requests: tuple[RequestNll, ...] = ()
     cpu_seconds: float = float("nan")
+    reference_path: str | None = None  # the baseline's top-k next-token record (its own evaluation)
+
+    @property
+    def kl(self) -> float:
+        """Mean next-token KL from the baseline per scored token (NaN when not measured)."""
+        if not self.requests or any(r.kl is None for r in self.requests):
+            return float("nan")
+        return sum(r.kl or 0.0 for r in self.requests) / self.tokens
 
 
 def _windows(enc: Encoded, window: int) -> list[tuple[list[int], int]]:
@@ -67,21 +78,34 @@ def _windows(enc: Encoded, window: int) -> list[tuple[list[int], int]]:
     return out
 
 
+def scored_positions(encoded: list[Encoded], window: int) -> list[tuple[int, list[int], int, int]]:
+    """(request, window ids, first scored position, offset) per window; the offset numbers the
+    scored positions of all requests in request order, windows in order (what a reference keeps)."""
+    items, offset = [], 0
+    for i, e in enumerate(encoded):
+        for ids, first in _windows(e, window):
+            items.append((i, ids, first, offset))
+            offset += len(ids) - first
+    return items
+
+
 @torch.no_grad()
 def request_nlls(
-    model: torch.nn.Module, encoded: list[Encoded], *, window: int, batch_size: int
+    model: torch.nn.Module, encoded: list[Encoded], *, window: int, batch_size: int,
+    on_logits: Callable[[int, int, torch.Tensor], None] | None = None,
 ) -> list[tuple[float, int]]:
-    """Per request: (sum of NLL over its scored answer tokens, number of those tokens)."""
-    items = [(i, ids, first) for i, e in enumerate(encoded) for ids, first in _windows(e, window)]
+    """Per request: (sum of NLL over its scored answer tokens, number of those tokens).
+    `on_logits(request, offset, logits)` sees each window's scored logits ([n, V]) too."""
+    items = scored_positions(encoded, window)
     items.sort(key=lambda t: len(t[1]))  # similar lengths together: less padding
     totals = [[0.0, 0] for _ in encoded]
     for b in range(0, len(items), batch_size):
         batch = items[b : b + batch_size]
-        width = max(len(ids) for _, ids, _ in batch)
+        width = max(len(ids) for _, ids, _, _ in batch)
         input_ids = torch.zeros(len(batch), width, dtype=torch.long)
         mask = torch.zeros(len(batch), width, dtype=torch.long)
         labels = torch.full((len(batch), width), -100, dtype=torch.long)
-        for row, (_, ids, first) in enumerate(batch):
+        for row, (_, ids, first, _) in enumerate(batch):
             input_ids[row, : len(ids)] = torch.tensor(ids)
             mask[row, : len(ids)] = 1
             labels[row, first : len(ids)] = input_ids[row, first : len(ids)]
@@ -91,9 +115,11 @@ def request_nlls(
         nll = F.cross_entropy(logits.float(), targets[scored], reduction="none")  # [N]
         rows = scored.nonzero()[:, 0]  # [N] batch row of each scored position
         per_row = torch.zeros(len(batch), dtype=torch.float64).index_add_(0, rows, nll.double())
-        for row, (i, _, _) in enumerate(batch):
+        for row, (i, _, _, offset) in enumerate(batch):
             totals[i][0] += float(per_row[row])
             totals[i][1] += int(scored[row].sum())
+            if on_logits is not None:
+                on_logits(i, offset, logits[rows == row])
     return [(s, int(n)) for s, n in totals]
 
 
@@ -130,19 +156,31 @@ def count_kv_quantized_layers(model: torch.nn.Module) -> int:
 
 def evaluate_checkpoint(
     checkpoint: str, heldout_path: str, out_path: str, *, window: int, batch_size: int,
-    dtype: str = "float32",
+    dtype: str = "float32", reference: str | None = None, record_reference: bool = False,
 ) -> EvalResult:
+    """Perplexity per request and slice. `record_reference` (the baseline): keep the top-k
+    next-token record next to `out_path`; `reference` (a variant): the baseline's record, to
+    measure each request's KL from it."""
     start, cpu = time.perf_counter(), time.process_time()
     requests = read_requests(Path(heldout_path))
     tokenizer = load_tokenizer(checkpoint)
     model = load_causal_lm(checkpoint, dtype)
     encoded = [encode_request(tokenizer, r) for r in requests]
-    nlls = request_nlls(model, encoded, window=window, batch_size=batch_size)
+    positions = sum(len(ids) - first for _, ids, first, _ in scored_positions(encoded, window))
+    tap = (TopKRecorder(positions) if record_reference else
+           KlMeter(reference, len(requests)) if reference else None)
+    nlls = request_nlls(model, encoded, window=window, batch_size=batch_size, on_logits=tap)
     overall, slices = aggregate(nlls, [r.slices for r in requests])
-    per_request = tuple(RequestNll(r.id, s, n, tuple(slice_names(r.slices)))
-                        for r, (s, n) in zip(requests, nlls, strict=True))
+    kls: list[float | None] = list(tap.per_request) if isinstance(tap, KlMeter) else [None] * len(requests)
+    per_request = tuple(RequestNll(r.id, s, n, tuple(slice_names(r.slices)), kl)
+                        for r, (s, n), kl in zip(requests, nlls, kls, strict=True))
+    reference_path = None
+    if isinstance(tap, TopKRecorder):
+        reference_path = str(Path(out_path).with_suffix(".topk.npz"))
+        tap.save(reference_path)
     result = EvalResult(overall.ppl, overall.tokens, slices, count_kv_quantized_layers(model),
-                        time.perf_counter() - start, per_request, time.process_time() - cpu)
+                        time.perf_counter() - start, per_request, time.process_time() - cpu,
+                        reference_path)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(json.dumps(asdict(result), indent=1))
     return result
@@ -156,10 +194,11 @@ def eval_file_name(heldout_path: str, conf: EvalConf) -> str:
 
 
 def eval_code_digest() -> str:
+    from quantgate.tasks.evaluate import divergence
     from quantgate.tasks.model import load as modeling
     from quantgate.tasks.traffic import tokens as text
 
-    return source_digest(sys.modules[__name__], modeling, text,
+    return source_digest(sys.modules[__name__], modeling, text, divergence,
                          packages=("transformers", "compressed-tensors", "torch"))
 
 

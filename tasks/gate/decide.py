@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from quantgate.conf.schema import OBJECTIVES, GateConf
 from quantgate.tasks.evaluate.lmeval import LmEvalResult
 from quantgate.tasks.evaluate.perplexity import EvalResult
-from quantgate.tasks.gate.evidence import OVERALL, Check, perplexity_checks, task_checks
+from quantgate.tasks.gate.evidence import OVERALL, Check, kl_checks, perplexity_checks, task_checks
 from quantgate.tasks.gate.paired import holm
 from quantgate.tasks.judge.pairwise import JudgeSummary
 from quantgate.tasks.judge.reliability import JudgeVote
@@ -86,6 +86,10 @@ class Verdict:
         return self.status in SHIPPABLE
 
 
+def _is_task(c: Check) -> bool:
+    return c.metric.startswith("lmeval.")
+
+
 def _recovery(c: Check) -> float:
     d = c.interval.estimate
     return 1 / (1 + d) if c.metric == "ppl" else 1 - d
@@ -93,7 +97,13 @@ def _recovery(c: Check) -> float:
 
 def _pct(c: Check) -> str:
     i = c.interval
+    if c.metric == "kl":  # absolute: nats per token
+        return f"{c.key} {i.estimate:.4f} [{i.low:.4f}, {i.high:.4f}] nats/token"
     return f"{c.key} {i.estimate:+.1%} [{i.low:+.1%}, {i.high:+.1%}]"
+
+
+def _limit(c: Check, value: float) -> str:
+    return f"{value:.4f}" if c.metric == "kl" else f"{value:.1%}"
 
 
 def corrected(checks: list[Check], gate: GateConf) -> list[Check]:
@@ -112,8 +122,8 @@ def _point_estimates(checks: list[Check]) -> dict:
     ppl = {c.slice: _recovery(c) for c in checks if c.metric == "ppl"}
     slices = {k: r for k, r in ppl.items() if k != OVERALL}
     worst = min(slices, key=slices.__getitem__) if slices else ""
-    tasks = {c.metric: _recovery(c) for c in checks if c.metric != "ppl" and c.slice == OVERALL}
-    task_slices = {c.key: _recovery(c) for c in checks if c.metric != "ppl" and c.slice != OVERALL}
+    tasks = {c.metric: _recovery(c) for c in checks if _is_task(c) and c.slice == OVERALL}
+    task_slices = {c.key: _recovery(c) for c in checks if _is_task(c) and c.slice != OVERALL}
     worst_task = min(task_slices, key=task_slices.__getitem__) if task_slices else ""
     return {"recovery": ppl.get(OVERALL, math.nan), "worst_slice": worst,
             "worst_recovery": slices.get(worst, ppl.get(OVERALL, math.nan)), "task_recovery": tasks,
@@ -128,6 +138,7 @@ def gate_variant(v: VariantScores, baseline: VariantScores, gate: GateConf, *, m
         return Verdict(v.name, status, "error", "none", [v.error or "not evaluated"])
     assert baseline.eval is not None, "the baseline is evaluated before the gate"
     checks = perplexity_checks(baseline.eval, v.eval, gate, min_tokens=min_slice_tokens)
+    checks += kl_checks(baseline.eval, v.eval, gate, min_tokens=min_slice_tokens)
     notes: list[str] = []
     if baseline.lmeval is not None and v.lmeval is not None:
         more, notes = task_checks(baseline.lmeval.samples_path, v.lmeval.samples_path, gate,
@@ -155,7 +166,7 @@ def _status(v: VariantScores, baseline: VariantScores, checks: list[Check], gate
         c = min(rejected, key=lambda c: (c.slice != OVERALL, c.interval.p_beyond, -c.interval.estimate))
         at = f" (rejected at stage {v.stage})" if v.stage == "ppl" and v.lmeval is None else ""
         return "reject", c.key, [f"{_pct(c)} beyond investigate budget "
-                                 f"{gate.budget(c.metric).investigate:.1%} with confidence "
+                                 f"{_limit(c, gate.budget(c.metric).investigate)} with confidence "
                                  f"(p={c.interval.p_beyond:.4f}, {family}){at}"], []
     judge_ok, judge_notes = _judge(v, vote)
     if judge_ok is False:
@@ -172,21 +183,26 @@ def _status(v: VariantScores, baseline: VariantScores, checks: list[Check], gate
     if slack[binding.key] >= 0 and judge_ok is not None:
         limit = gate.budget(binding.metric).enable
         return "pass", binding.key, [f"every gating metric within its enable budget; closest: "
-                                     f"{_pct(binding)} ≤ {limit:.1%}"], judge_notes
-    ppl_beyond = [c for c in overall if c.metric == "ppl" and c.interval.high > gate.budget("ppl").monitor]
-    tasks_beyond = [c for c in overall
-                    if c.metric != "ppl" and c.interval.low > gate.budget(c.metric).monitor]
+                                     f"{_pct(binding)} ≤ {_limit(binding, limit)}"], judge_notes
+    # perplexity and KL are resolved well at these sizes; task metrics may stay too uncertain to call
+    ppl_beyond = [c for c in overall if not _is_task(c) and c.interval.high > gate.budget(c.metric).monitor]
+    tasks_beyond = [c for c in overall if _is_task(c) and c.interval.low > gate.budget(c.metric).monitor]
     if not ppl_beyond and not tasks_beyond:
-        uncertain = [c for c in overall if c.interval.high > gate.budget(c.metric).enable] or [binding]
-        c = max(uncertain, key=lambda c: c.interval.high - gate.budget(c.metric).enable)
+        short = [c for c in overall if c.interval.high > gate.budget(c.metric).enable]
+        def reach(c: Check) -> float:  # how far past enable, in units of the monitor budget
+            b = gate.budget(c.metric)
+            return (c.interval.high - b.enable) / max(b.monitor, 1e-9)
+
+        c = max([c for c in short if _is_task(c)] or short or [binding], key=reach)
         return "monitor", c.key, [f"{_pct(c)} too uncertain to pass (enable "
-                                  f"{gate.budget(c.metric).enable:.1%}); perplexity within monitor "
-                                  f"{gate.budget('ppl').monitor:.0%}: canary only with the judge watching "
-                                  f"live traffic; {_items(c)}"], judge_notes
+                                  f"{_limit(c, gate.budget(c.metric).enable)}); perplexity and KL within "
+                                  "monitor: canary only with the judge watching live traffic; "
+                                  f"{_items(c)}"], judge_notes
     c = (ppl_beyond or tasks_beyond)[0]
-    return "inconclusive", c.key, [f"{_pct(c)} beyond the monitor budget {gate.budget(c.metric).monitor:.1%} "
-                                   f"but not beyond investigate {gate.budget(c.metric).investigate:.1%} "
-                                   f"with confidence: investigate; {_items(c)}"], judge_notes
+    b = gate.budget(c.metric)
+    return "inconclusive", c.key, [f"{_pct(c)} beyond the monitor budget {_limit(c, b.monitor)} but not "
+                                   f"beyond investigate {_limit(c, b.investigate)} with confidence: "
+                                   f"investigate; {_items(c)}"], judge_notes
 
 
 def _items(c: Check) -> str:

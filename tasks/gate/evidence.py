@@ -19,9 +19,11 @@ from quantgate.tasks.gate.paired import (
     Flips,
     Interval,
     flips,
+    items_to_decide_mean,
     items_to_decide_ppl,
     items_to_decide_score,
     mcnemar_p,
+    per_token_mean,
     perplexity_degradation,
     score_degradation,
 )
@@ -65,6 +67,28 @@ def perplexity_checks(baseline: EvalResult, variant: EvalResult, gate: GateConf,
                                           seed=gate.seed, beyond=budget.investigate)
         need = items_to_decide_ppl(b, v, t, budget=budget.monitor, alpha=1 - gate.confidence)
         checks.append(Check("ppl", name, interval, need))
+    return checks
+
+
+def kl_checks(baseline: EvalResult, variant: EvalResult, gate: GateConf, *, min_tokens: int) -> list[Check]:
+    """Mean next-token KL from the baseline per scored token (nats), overall and per slice with ≥
+    `min_tokens` tokens; none when the variant's evaluation did not measure it."""
+    pairs = _paired_requests(baseline.requests, variant.requests)
+    if any(v.kl is None for _, v in pairs):  # evaluated without the baseline's record
+        return []
+    groups: dict[str, list[RequestNll]] = {OVERALL: [v for _, v in pairs]}
+    for _, v in pairs:
+        for name in v.slices:
+            groups.setdefault(name, []).append(v)
+    budget, checks = gate.budget("kl"), []
+    for name, group in groups.items():
+        if name != OVERALL and sum(v.tokens for v in group) < min_tokens:
+            continue
+        kl, t = [v.kl or 0.0 for v in group], [v.tokens for v in group]
+        interval = per_token_mean(kl, t, level=gate.confidence, resamples=gate.resamples, seed=gate.seed,
+                                  beyond=budget.investigate)
+        need = items_to_decide_mean(kl, t, budget=budget.monitor, alpha=1 - gate.confidence)
+        checks.append(Check("kl", name, interval, need))
     return checks
 
 

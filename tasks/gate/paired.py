@@ -167,3 +167,27 @@ def items_to_decide_ppl(baseline_nll: Sequence[float], variant_nll: Sequence[flo
     d = v - b - math.log1p(budget) * np.asarray(tokens, dtype=float)
     return items_to_detect(float(d.mean()), float(d.std(ddof=1)) if len(d) > 1 else 0.0,
                            alpha=alpha, power=power)
+
+
+def per_token_mean(values: Sequence[float], tokens: Sequence[int], *, level: float = 0.95,
+                   resamples: int = 2000, seed: int = 0, beyond: float | None = None) -> Interval:
+    """Σ values / Σ tokens over requests (a per-token mean such as next-token KL, already a
+    comparison with the baseline), resampling requests."""
+    v, t = _pair(values, tokens)
+    if (t <= 0).any():
+        raise ValueError("tokens: one positive count per request")
+
+    def statistic(val: np.ndarray, tok: np.ndarray, axis: int = -1) -> np.ndarray:
+        return val.sum(axis=axis) / tok.sum(axis=axis)
+
+    return _interval((v, t), statistic, level=level, resamples=resamples, seed=seed, beyond=beyond)
+
+
+def items_to_decide_mean(values: Sequence[float], tokens: Sequence[int], *, budget: float,
+                         alpha: float = 0.05, power: float = 0.8) -> float:
+    """As `items_to_decide_score`, for a per-token mean against `budget`: Σv / Σt = budget exactly
+    when the mean of v_i − budget·t_i over requests is 0."""
+    v, t = _pair(values, tokens)
+    d = v - budget * t
+    return items_to_detect(float(d.mean()), float(d.std(ddof=1)) if len(d) > 1 else 0.0,
+                           alpha=alpha, power=power)

@@ -11,9 +11,9 @@ from quantgate.tasks.gate.decide import GateDecision, VariantScores
 from quantgate.tasks.gate.evidence import OVERALL, Check
 from quantgate.tasks.judge.reliability import JudgeVote
 
-HEADER = ("variant", "PPL", "PPL Δ [CI]", "worst PPL slice Δ", "worst task Δ [CI]", "flips (task)",
-          "judge win-or-tie [95% CI]", "size MB", "bits/w", "decode × baseline", "J/token", "quantize s",
-          "stage", "verdict (decided by)")
+HEADER = ("variant", "PPL", "PPL Δ [CI]", "KL nats/token [CI]", "worst PPL slice Δ", "worst task Δ [CI]",
+          "flips (task)", "judge win-or-tie [95% CI]", "size MB", "bits/w", "decode × baseline", "J/token",
+          "quantize s", "stage", "verdict (decided by)")
 
 
 def _delta(c: Check | None) -> str:
@@ -24,8 +24,10 @@ def _delta(c: Check | None) -> str:
 
 
 def _worst(checks: list[Check], *, ppl: bool, overall: bool) -> Check | None:
-    """The check whose interval reaches furthest into degradation, among the kind asked for."""
-    pool = [c for c in checks if (c.metric == "ppl") == ppl and (c.slice == OVERALL) == overall]
+    """The check whose interval reaches furthest into degradation, among perplexity's (`ppl`) or
+    the task metrics', overall or on slices."""
+    pool = [c for c in checks if (c.metric == "ppl" if ppl else c.metric.startswith("lmeval."))
+            and (c.slice == OVERALL) == overall]
     return max(pool, key=lambda c: c.interval.high) if pool else None
 
 
@@ -53,7 +55,7 @@ def comparison_rows(
     baseline: EvalResult, *, baseline_bytes: int, baseline_bpw: float,
     variants: list[VariantScores], decision: GateDecision, baseline_perf: dict[str, float] | None = None,
 ) -> list[tuple[str, ...]]:
-    rows = [("baseline", f"{baseline.ppl:.3f}", "reference", "-", "-", "-", "-",
+    rows = [("baseline", f"{baseline.ppl:.3f}", "reference", "-", "-", "-", "-", "-",
              f"{baseline_bytes / 1e6:.1f}", f"{baseline_bpw:.2f}", *_perf_cells(baseline_perf or {}), "-",
              "-", "reference")]
     assert len(rows[0]) == len(HEADER)
@@ -73,7 +75,9 @@ def comparison_rows(
         overall = next(c for c in verdict.checks if c.metric == "ppl" and c.slice == OVERALL)
         i = overall.interval
         ppl_delta = f"{i.estimate:+.1%} [{i.low:+.1%}, {i.high:+.1%}]"
-        rows.append((v.name, f"{v.eval.ppl:.3f}", ppl_delta,
+        kl = next((c.interval for c in verdict.checks if c.key == "kl"), None)
+        kl_txt = f"{kl.estimate:.4f} [{kl.low:.4f}, {kl.high:.4f}]" if kl else "-"
+        rows.append((v.name, f"{v.eval.ppl:.3f}", ppl_delta, kl_txt,
                      _delta(_worst(verdict.checks, ppl=True, overall=False)),
                      _delta(_worst(verdict.checks, ppl=False, overall=True)), _flips(verdict.checks),
                      judge_txt, f"{v.size_bytes / 1e6:.1f}", f"{v.bits_per_weight:.2f}",
@@ -87,20 +91,30 @@ def decision_lines(decision: GateDecision) -> list[str]:
             + "; ".join(v.reasons) for name, v in decision.verdicts.items()]
 
 
+def detectable(c: Check) -> float:
+    """The degradation a paired test of this size finds with 80 % power at the gate's one-sided
+    level: (z_0.975 + z_0.8) standard errors, the standard error read off the 95 % interval."""
+    return (1.96 + 0.8416) * (c.interval.high - c.interval.low) / (2 * 1.96)
+
+
 def evidence_table(decision: GateDecision) -> str:
-    """Every gating metric overall, with its interval and p-value, per variant; rejected slices too."""
+    """Every gating metric overall, with its interval, p-value and the effect this sample size
+    detects, per variant; rejected slices too."""
     rows = []
     for name, v in decision.verdicts.items():
         for c in v.checks:
             if c.slice != OVERALL and not c.rejected:
                 continue
             i = c.interval
-            rows.append((name, c.key, f"{i.estimate:+.2%}", f"[{i.low:+.2%}, {i.high:+.2%}]", str(i.n),
+            fmt = "{:.4f}" if c.metric == "kl" else "{:+.2%}"
+            rows.append((name, c.key, fmt.format(i.estimate), f"[{fmt.format(i.low)}, {fmt.format(i.high)}]",
+                         str(i.n),
                          f"{i.p_beyond:.4f}", "yes" if c.rejected else "",
                          f"{c.flips.share:.0%}" if c.flips else "-",
+                         f"{detectable(c):.4f}" if c.metric == "kl" else f"{detectable(c):.1%}",
                          "-" if math.isinf(c.items_to_decide) else str(int(c.items_to_decide))))
     header = ("variant", "metric", "Δ", "CI", "n", "p (beyond investigate)", "rejected", "flips",
-              "items to decide")
+              "detects (80 % power)", "items to decide")
     return markdown_table(rows, header)
 
 
@@ -157,8 +171,10 @@ def gate_report(
         f"Held-out traffic: {heldout_requests} requests, {heldout_tokens} scored answer tokens. "
         f"Δ is the relative degradation against the baseline, paired on the same requests and items "
         f"(positive = worse: PPL ratio − 1, 1 − task score ratio), with its {gate.confidence:.0%} "
-        f"bootstrap interval. Budgets (enable / monitor / investigate): "
-        + "; ".join(f"{k} {b.enable:.1%} / {b.monitor:.1%} / {b.investigate:.1%}"
+        f"bootstrap interval; KL is the mean next-token KL from the baseline (nats per token). "
+        f"Budgets (enable / monitor / investigate): "
+        + "; ".join(f"{k} {b.enable:.4f} / {b.monitor:.4f} / {b.investigate:.4f} nats" if k == "kl" else
+                    f"{k} {b.enable:.1%} / {b.monitor:.1%} / {b.investigate:.1%}"
                     for k, b in gate.budgets.items())
         + f". Reject: beyond investigate with confidence, {gate.slice_correction} correction across "
         f"each variant's tests (slices with ≥ {min_slice_tokens} tokens for PPL). Objective among "

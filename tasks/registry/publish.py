@@ -118,6 +118,8 @@ def publish_run(inp: PublishInputs, *, baseline: VariantScores, variants: list[V
             registered[v.name] = register_version(client, inp.registered_model, children[v.name],
                                                   v.checkpoint)
             client.set_model_version_tag(inp.registered_model, registered[v.name], "variant", v.name)
+            client.set_model_version_tag(inp.registered_model, registered[v.name], "gate.verdict",
+                                         verdict.status)
     canary = registered.get(decision.winner) if decision.winner else None
     if canary is not None:
         move_alias(client, inp.registered_model, "canary", canary,

@@ -43,9 +43,10 @@ def world(seed=0, requests=240, items=120):
                  (rng.random(items) < 0.6).astype(float), rng.beta(2, 4, items), replay_slices)
 
 
-def _eval(w: World, nll: np.ndarray) -> EvalResult:
-    reqs = tuple(RequestNll(f"r{i}", float(n), int(t), s) for i, (n, t, s) in
-                 enumerate(zip(nll, w.tokens, w.slices, strict=True)))
+def _eval(w: World, nll: np.ndarray, kl: np.ndarray | None = None) -> EvalResult:
+    kls = [None] * len(nll) if kl is None else [float(k) for k in kl]
+    reqs = tuple(RequestNll(f"r{i}", float(n), int(t), s, k) for i, (n, t, s, k) in
+                 enumerate(zip(nll, w.tokens, w.slices, kls, strict=True)))
     return EvalResult(math.exp(nll.sum() / w.tokens.sum()), int(w.tokens.sum()), {}, 0, 1.0, reqs)
 
 
@@ -61,10 +62,10 @@ def _lmeval(tmp, name, w: World, facts, replay) -> LmEvalResult:
     return LmEvalResult({"qg_facts_mc.acc": float(np.mean(facts))}, {}, {}, {}, str(path))
 
 
-def scores(tmp, w: World, name="v", *, nll=None, facts=None, replay=None, **kw) -> VariantScores:
+def scores(tmp, w: World, name="v", *, nll=None, facts=None, replay=None, kl=None, **kw) -> VariantScores:
     nll = w.nll if nll is None else nll
     lm = _lmeval(tmp, name, w, w.facts if facts is None else facts, w.replay if replay is None else replay)
-    return VariantScores(name, "m", False, _eval(w, nll), 100, 4.0, 1.0, lmeval=lm, **kw)
+    return VariantScores(name, "m", False, _eval(w, nll, kl), 100, 4.0, 1.0, lmeval=lm, **kw)
 
 
 def near_null(w: World, rng: np.random.Generator):
@@ -165,6 +166,18 @@ def test_a_collapsed_variant_stops_at_the_perplexity_stage(tmp_path):
     final = gate_variant(dataclasses.replace(collapsed, lmeval=None), base, GATE, **LIMITS)
     assert final.status == "reject" and "rejected at stage ppl" in final.reasons[0]
     assert {c.metric for c in final.checks} == {"ppl"}
+
+
+def test_next_token_kl_gates_where_perplexity_holds(tmp_path):
+    """Distributions can move while perplexity stays put: KL (nats per token, absolute budgets)."""
+    w, rng = world(), np.random.default_rng(4)
+    base = scores(tmp_path, w, "baseline")
+    small = gate_variant(scores(tmp_path, w, "s", kl=w.tokens * rng.uniform(0, 0.01, len(w.nll))), base,
+                         GATE, **LIMITS)
+    assert small.status == "pass" and any(c.key == "kl" and not c.rejected for c in small.checks)
+    moved = gate_variant(scores(tmp_path, w, "m", kl=w.tokens * rng.uniform(0.3, 0.5, len(w.nll))), base,
+                         GATE, **LIMITS)
+    assert moved.status == "reject" and moved.decided_by == "kl" and "nats/token" in moved.reasons[0]
 
 
 def test_beyond_monitor_but_not_confidently_beyond_investigate_is_inconclusive_with_a_size(tmp_path):
