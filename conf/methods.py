@@ -133,7 +133,8 @@ class _TwoBit(_Variant):
         default=2, description="end-to-end fine-tuning of the continuous parameters (signs/scales or "
         "codebooks, norms) on the baseline's logits; 0 turns it off")
     finetune_share: Annotated[float, Field(ge=0, lt=1)] = Field(
-        default=0.5, description="share of time_budget_s kept for fine-tuning; the layer loop gets the rest")
+        default=0.5, description="share of the budget the Hessians leave that is kept for fine-tuning; the "
+        "layer loop gets the rest")
     finetune_lr: Annotated[float, Field(gt=0)] = 5e-4
     resources: Resources = Resources(num_cpus=2, memory_gb=6)
 

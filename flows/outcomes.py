@@ -45,11 +45,13 @@ def outcome(future: PrefectFuture[Any]) -> tuple[Any, str]:
     return None, text.splitlines()[0]
 
 
-def as_finished(pending: dict[PrefectFuture[Any], L], *, heartbeat: Callable[[list[L]], None] | None = None,
+def as_finished(pending: dict[PrefectFuture[Any], L], *,
+                heartbeat: Callable[[dict[L, float]], None] | None = None,
                 every_s: float = 60.0) -> Iterator[tuple[PrefectFuture[Any], L]]:
     """Each future of `pending` with its label as it finishes; the caller may add futures to `pending`
     between items (a stage submitted when the one before it ends). Every `every_s` without a
-    finish, `heartbeat` gets the labels still running, so a long stage is never silent."""
+    finish, `heartbeat` gets the labels of those running with the epoch second each started (the
+    rest wait for a CPU), so a long stage is never silent."""
     last = time.monotonic()
     while pending:
         refs = {getattr(f, "wrapped_future", None): f for f in pending}
@@ -59,7 +61,8 @@ def as_finished(pending: dict[PrefectFuture[Any], L], *, heartbeat: Callable[[li
             done = [refs[r] for r in first_ready(list(refs))]
         if not done:
             if heartbeat is not None and time.monotonic() - last >= every_s:
-                heartbeat(list(pending.values()))
+                states = {label: f.state for f, label in pending.items()}
+                heartbeat({label: s.timestamp.timestamp() for label, s in states.items() if s.is_running()})
                 last = time.monotonic()
             continue
         last = time.monotonic()

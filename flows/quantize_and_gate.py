@@ -91,14 +91,14 @@ def _screen(config: PipelineConfig, name: str, base_ppl: PrefectFuture[Any],
                                   min_slice_tokens=config.eval.min_slice_tokens)
 
 
-def _heartbeat(started: dict[str, float], budgets: dict[str, float]) -> Any:
-    """Prints what is still running, for how long, and (2-bit methods) against which budget."""
-    def beat(running: list[tuple[str, str]]) -> None:
-        now = time.monotonic()
+def _heartbeat(budgets: dict[str, float], pending: dict[Any, Any]) -> Any:
+    """Prints what runs, for how long, against which budget (2-bit methods), and how many wait."""
+    def beat(running: dict[tuple[str, str], float]) -> None:
+        now = time.time()
         print("      … running: " + ", ".join(
-            f"{stage} {name} {now - started[f'{stage}:{name}']:.0f} s"
+            f"{stage} {name} {now - since:.0f} s"
             + (f" of {budgets[name]:.0f}" if stage == "quantize" and name in budgets else "")
-            for stage, name in sorted(running)))
+            for (stage, name), since in sorted(running.items())) + f"; {len(pending) - len(running)} waiting")
     return beat
 
 
@@ -106,18 +106,15 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
                             state: str, base_ppl: PrefectFuture[Any]) -> list[VariantScores]:
     """Fan out one quantization per variant. As each finishes, its perplexity runs, then the
     perplexity screen; its task evals start only if the screen did not reject it (gate.staged)."""
-    started: dict[str, float] = {}
-
     def submit(stage: str, name: str, future: PrefectFuture[Any]) -> None:
         pending[future] = (stage, name)
-        started[f"{stage}:{name}"] = time.monotonic()
 
     pending: dict[PrefectFuture[Any], tuple[str, str]] = {}
     for spec in plan.runnable:
         submit("quantize", spec.name, _quantize(config, spec, model, traffic, state))
     quantized, ppl, tasks, errors = {}, {}, {}, dict(plan.skipped)
     budgets = {s.name: s.time_budget_s for s in plan.runnable if hasattr(s, "time_budget_s")}
-    for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(started, budgets)):
+    for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(budgets, pending)):
         result, err = outcome(fut)
         if err and stage == "screen":  # a failed perplexity fails its screen: report the cause
             stage, err = "perplexity", outcome(ppl[name])[1] or err

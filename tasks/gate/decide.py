@@ -95,11 +95,16 @@ def _recovery(c: Check) -> float:
     return 1 / (1 + d) if c.metric == "ppl" else 1 - d
 
 
+def rel(x: float) -> str:
+    """A relative degradation as text: +2.2 %, or ×8,643 once a ratio is past ten (a collapsed model)."""
+    return f"×{1 + x:,.0f}" if x >= 9 else f"{x:+.1%}"
+
+
 def _pct(c: Check) -> str:
     i = c.interval
     if c.metric == "kl":  # absolute: nats per token
         return f"{c.key} {i.estimate:.4f} [{i.low:.4f}, {i.high:.4f}] nats/token"
-    return f"{c.key} {i.estimate:+.1%} [{i.low:+.1%}, {i.high:+.1%}]"
+    return f"{c.key} {rel(i.estimate)} [{rel(i.low)}, {rel(i.high)}]"
 
 
 def _limit(c: Check, value: float) -> str:
@@ -194,10 +199,12 @@ def _status(v: VariantScores, baseline: VariantScores, checks: list[Check], gate
             return (c.interval.high - b.enable) / max(b.monitor, 1e-9)
 
         c = max([c for c in short if _is_task(c)] or short or [binding], key=reach)
-        return "monitor", c.key, [f"{_pct(c)} too uncertain to pass (enable "
-                                  f"{_limit(c, gate.budget(c.metric).enable)}); perplexity and KL within "
-                                  "monitor: canary only with the judge watching live traffic; "
-                                  f"{_items(c)}"], judge_notes
+        b = gate.budget(c.metric)
+        why = (f"beyond enable {_limit(c, b.enable)}, within monitor {_limit(c, b.monitor)}"
+               if c.interval.low > b.enable else
+               f"too uncertain to pass (enable {_limit(c, b.enable)}); {_items(c)}")
+        return "monitor", c.key, [f"{_pct(c)} {why}; perplexity and KL within monitor: canary only "
+                                  "with the judge watching live traffic"], judge_notes
     c = (ppl_beyond or tasks_beyond)[0]
     b = gate.budget(c.metric)
     return "inconclusive", c.key, [f"{_pct(c)} beyond the monitor budget {_limit(c, b.monitor)} but not "

@@ -7,7 +7,7 @@ import math
 from quantgate.conf.schema import GateConf
 from quantgate.tasks.evaluate.lmeval import LmEvalResult
 from quantgate.tasks.evaluate.perplexity import EvalResult
-from quantgate.tasks.gate.decide import GateDecision, VariantScores
+from quantgate.tasks.gate.decide import GateDecision, VariantScores, rel
 from quantgate.tasks.gate.evidence import OVERALL, Check
 from quantgate.tasks.judge.reliability import JudgeVote
 
@@ -20,7 +20,7 @@ def _delta(c: Check | None) -> str:
     if c is None:
         return "-"
     i = c.interval
-    return f"{c.key.removeprefix('lmeval.')} {i.estimate:+.1%} [{i.low:+.1%}, {i.high:+.1%}]"
+    return f"{c.key.removeprefix('lmeval.')} {rel(i.estimate)} [{rel(i.low)}, {rel(i.high)}]"
 
 
 def _worst(checks: list[Check], *, ppl: bool, overall: bool) -> Check | None:
@@ -74,7 +74,7 @@ def comparison_rows(
             label = f"WINNER, {label}"
         overall = next(c for c in verdict.checks if c.metric == "ppl" and c.slice == OVERALL)
         i = overall.interval
-        ppl_delta = f"{i.estimate:+.1%} [{i.low:+.1%}, {i.high:+.1%}]"
+        ppl_delta = f"{rel(i.estimate)} [{rel(i.low)}, {rel(i.high)}]"
         kl = next((c.interval for c in verdict.checks if c.key == "kl"), None)
         kl_txt = f"{kl.estimate:.4f} [{kl.low:.4f}, {kl.high:.4f}]" if kl else "-"
         rows.append((v.name, f"{v.eval.ppl:.3f}", ppl_delta, kl_txt,
@@ -97,21 +97,23 @@ def detectable(c: Check) -> float:
     return (1.96 + 0.8416) * (c.interval.high - c.interval.low) / (2 * 1.96)
 
 
-def evidence_table(decision: GateDecision) -> str:
+def evidence_table(decision: GateDecision, *, slices_shown: int = 3) -> str:
     """Every gating metric overall, with its interval, p-value and the effect this sample size
-    detects, per variant; rejected slices too."""
+    detects, per variant; the worst few rejected slices too (the MLflow run has them all)."""
     rows = []
     for name, v in decision.verdicts.items():
+        rejected = sorted((c for c in v.checks if c.slice != OVERALL and c.rejected),
+                          key=lambda c: -c.interval.estimate)
+        shown = {c.key for c in rejected[:slices_shown]}
         for c in v.checks:
-            if c.slice != OVERALL and not c.rejected:
+            if c.slice != OVERALL and c.key not in shown:
                 continue
             i = c.interval
-            fmt = "{:.4f}" if c.metric == "kl" else "{:+.2%}"
-            rows.append((name, c.key, fmt.format(i.estimate), f"[{fmt.format(i.low)}, {fmt.format(i.high)}]",
-                         str(i.n),
+            fmt = "{:.4f}".format if c.metric == "kl" else rel
+            rows.append((name, c.key, fmt(i.estimate), f"[{fmt(i.low)}, {fmt(i.high)}]", str(i.n),
                          f"{i.p_beyond:.4f}", "yes" if c.rejected else "",
                          f"{c.flips.share:.0%}" if c.flips else "-",
-                         f"{detectable(c):.4f}" if c.metric == "kl" else f"{detectable(c):.1%}",
+                         f"{detectable(c):.4f}" if c.metric == "kl" else rel(detectable(c)).lstrip("+"),
                          "-" if math.isinf(c.items_to_decide) else str(int(c.items_to_decide))))
     header = ("variant", "metric", "Δ", "CI", "n", "p (beyond investigate)", "rejected", "flips",
               "detects (80 % power)", "items to decide")
@@ -186,7 +188,7 @@ def gate_report(
         "",
         *decision_lines(decision),
         "",
-        "## Paired evidence (gating metrics overall; slices where they reject)",
+        "## Paired evidence (gating metrics overall; the worst slices where they reject)",
         "",
         evidence_table(decision),
         "",
