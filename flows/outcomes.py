@@ -61,9 +61,12 @@ def as_finished(pending: dict[PrefectFuture[Any], L], *,
             done = [refs[r] for r in first_ready(list(refs))]
         if not done:
             if heartbeat is not None and time.monotonic() - last >= every_s:
-                states = {label: f.state for f, label in pending.items()}
-                heartbeat({label: s.timestamp.timestamp() for label, s in states.items() if s.is_running()})
                 last = time.monotonic()
+                try:  # states come from the Prefect API; a progress line is not worth a failed run
+                    states = {label: f.state for f, label in pending.items()}
+                except Exception:  # noqa: BLE001
+                    continue
+                heartbeat({label: s.timestamp.timestamp() for label, s in states.items() if s.is_running()})
             continue
         last = time.monotonic()
         for f in done:

@@ -48,6 +48,7 @@ def _config(tmp_path, model, *, judge=False):
                       "repeats": 1, "num_cpus": 2},
             # Budgets a random model's noise cannot breach: every working variant passes.
             "gate": {"budgets": {"ppl": {"enable": 1.0, "monitor": 1.0, "investigate": 1.0},
+                                 "kl": {"enable": 5.0, "monitor": 5.0, "investigate": 5.0},
                                  "task": {"enable": 1.0, "monitor": 1.0, "investigate": 1.0}}},
             "runtime": {"state_dir": str(tmp_path / "state"), "prefect_port": free_port(),
                         "mlflow_ui_port": free_port()}}
@@ -93,7 +94,7 @@ def test_run_prints_table_and_addresses(first_run):
     assert "fp8_w8a8: none" in out and "control, measured anyway" in out
     assert "[6/7] bench: 5 models" in out  # baseline + the four variants that quantized
     assert "MLflow:  sqlite:///" in out and "Prefect: flow run" in out
-    assert re.search(r"int4_gptq: perplexity pass \(ppl\): every gating metric", out), out[-3000:]
+    assert re.search(r"int4_gptq: perplexity pass \((ppl|kl)\): every gating metric", out), out[-3000:]
     assert "where the time went:" in out and "| variants |" in out and "| int4_gptq | quantize |" in out
 
 
@@ -125,7 +126,9 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
         assert key in gptq.metrics, key
     assert children["kv_fp8"].data.metrics["eval.kv_cache_quantized_layers"] == 2
     assert (gptq.tags["gate.verdict"], gptq.tags["gate.stage"]) == ("pass", "bench")
-    assert gptq.tags["gate.decided_by"] in {"ppl", "lmeval.qg_facts_mc.acc", "lmeval.qg_replay.token_f1"}
+    assert gptq.tags["gate.decided_by"] in {"ppl", "kl", "lmeval.qg_facts_mc.acc",
+                                            "lmeval.qg_replay.token_f1"}
+    assert 0 <= gptq.metrics["gate.kl.delta"] < 5  # next-token KL from the baseline was measured
     m = gptq.metrics
     assert m["gate.ppl.delta_low"] <= m["gate.ppl.delta"] <= m["gate.ppl.delta_high"]
     assert parent.data.metrics["time.flow_s"] >= parent.data.metrics["time.variants_s"] > 0
