@@ -108,7 +108,7 @@ def test_a_typo_in_gate_per_metric_fails_with_the_key(tmp_path):
     for bad, why in [("budgets: {ppl: {enable: 0.1, monitor: 0.05, investigate: 0.2}}",
                       "enable <= monitor <= investigate"),
                      ("task_metrics: {qg_arith: accuracy}", "qg_arith has no metric 'accuracy'"),
-                     ("budgets: {kl: {enable: 0, monitor: 0, investigate: 0}}", "gate.budgets.kl")]:
+                     ("budgets: {bleu: {enable: 0, monitor: 0, investigate: 0}}", "gate.budgets.bleu")]:
         with pytest.raises(ConfigError, match=why):
             load_config(_write(tmp_path, base + f"gate: {{{bad}}}\n"))
 
