@@ -191,6 +191,15 @@ def _bench(config: PipelineConfig, state: str, model: ModelRef, traffic: Prepare
     return report
 
 
+def _baseline(model: ModelRef, ppl: PrefectFuture[Any], tasks: PrefectFuture[Any]) -> VariantScores:
+    """The baseline's scores once its evaluations are done (the run cannot go on without them)."""
+    baseline = VariantScores("baseline", "baseline", True, value(ppl), lmeval=value(tasks),
+                             quantize_seconds=0.0, checkpoint=model.path)
+    for task_name, why in baseline.lmeval.skipped.items():
+        print(f"      lm-eval {task_name}: skipped, {why}")
+    return baseline
+
+
 @flow(name="quantize_and_gate", task_runner=RayTaskRunner(), log_prints=True)
 def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
     keep_stop_handlers()  # a user's SIGTERM or Ctrl-C stops the run, whatever it is waiting on
@@ -214,10 +223,7 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
     print(f"[4/7] quantizing {len(plan.runnable)} variants (Ray); each then perplexity, the perplexity "
           f"screen{' (a reject skips the later stages)' if config.gate.staged else ''}, task evals")
     variants = _quantize_then_evaluate(config, plan, model, traffic, state, base_ppl)
-    baseline = VariantScores("baseline", "baseline", True, value(base_ppl), lmeval=value(base_tasks),
-                             quantize_seconds=0.0, checkpoint=model.path)
-    for task_name, why in baseline.lmeval.skipped.items():
-        print(f"      lm-eval {task_name}: skipped, {why}")
+    baseline = _baseline(model, base_ppl, base_tasks)
     clock.lap("variants")
     survivors = survivors_task(baseline=baseline, variants=variants, gate=config.gate,
                                min_slice_tokens=config.eval.min_slice_tokens,
