@@ -112,7 +112,9 @@ class JudgeConf(Strict):
     base_url: str | None = None
     model: str = "judge"
     api_key_env: str = "QG_JUDGE_API_KEY"
-    mode: Literal["text", "prob"] = "text"
+    mode: Literal["text", "prob", "rubric", "reference"] = Field(
+        default="text", description="text | prob: pairwise, both orders (pairwise.py); rubric | "
+        "reference: each answer graded 1-5 alone or against the other as reference (grading.py)")
     max_pairs: Annotated[int, Field(ge=1)] = 24
     tie_band: Annotated[float, Field(ge=0, lt=1)] = 0.1
     margin: Annotated[float, Field(gt=0, le=1)] = Field(
@@ -234,6 +236,12 @@ class GateConf(Strict):
         "on every metric")
     staged: bool = Field(default=True, description="cheapest evidence first: a variant rejected at "
                          "perplexity skips the task evals, the judge and the bench")
+    screen_share: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=0.25, description="staged: the perplexity screen's first look reads this share of the "
+        "held-out requests (spread over every stratum); a variant it rejects reads no more. 1: one look")
+    screen_alpha_share: Annotated[float, Field(gt=0, lt=1)] = Field(
+        default=0.2, description="two looks: the first spends this share of the false-alarm rate "
+        "(1 - confidence), the final gate the rest (Bonferroni), so the two together stay within it")
     objective: tuple[str, ...] = ("energy.j_per_token", "size.bytes")
 
     @field_validator("budgets")
@@ -248,6 +256,14 @@ class GateConf(Strict):
         if unknown or not v:
             raise ValueError(f"unknown {unknown}; choose from {list(OBJECTIVES)}")
         return v
+
+    @property
+    def two_looks(self) -> bool:
+        return self.staged and self.screen_share < 1
+
+    def alpha_share(self, look: str) -> float:
+        """The share of (1 - confidence) a test on perplexity evidence of this `look` may spend."""
+        return {"first": self.screen_alpha_share, "both": 1 - self.screen_alpha_share}.get(look, 1.0)
 
     def budget(self, metric: str) -> Budget:
         return self.per_metric.get(metric) or self.budgets[metric if metric in ("ppl", "kl") else "task"]

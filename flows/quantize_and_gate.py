@@ -70,11 +70,14 @@ def _quantize(config: PipelineConfig, spec: VariantSpec, model: ModelRef, traffi
 
 
 def _perplexity(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
-                traffic: PreparedTraffic, baseline: PrefectFuture[Any] | None = None) -> PrefectFuture[Any]:
-    """Perplexity per request; a variant's also measures its KL from the baseline's record."""
+                traffic: PreparedTraffic, baseline: PrefectFuture[Any] | None = None, look: str = "all",
+                first: PrefectFuture[Any] | None = None) -> PrefectFuture[Any]:
+    """Perplexity per request; a variant's also measures its KL from the baseline's record. `look`:
+    the whole held-out set, or the first look of the two-look screen, or the rest after `first`."""
     with remote_options(num_cpus=config.eval.num_cpus):
         return evaluate_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
-                                    traffic=traffic, conf=config.eval, baseline=baseline)
+                                    traffic=traffic, conf=config.eval, baseline=baseline, look=look,
+                                    first_share=config.gate.screen_share, first=first)
 
 
 def _tasks(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
@@ -105,9 +108,17 @@ def _heartbeat(budgets: dict[str, float], pending: dict[Any, Any]) -> Any:
 def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelRef, traffic: PreparedTraffic,
                             state: str, base_ppl: PrefectFuture[Any]) -> list[VariantScores]:
     """Fan out one quantization per variant. As each finishes, its perplexity runs, then the
-    perplexity screen; its task evals start only if the screen did not reject it (gate.staged)."""
+    perplexity screen (two looks when gate.screen_share < 1: a variant the first look rejects reads
+    no more); its task evals start only if the screen did not reject it (gate.staged)."""
     def submit(stage: str, name: str, future: PrefectFuture[Any]) -> None:
         pending[future] = (stage, name)
+
+    def perplexity(name: str, look: str = "all") -> None:
+        ckpt = quantized[name].checkpoint
+        ppl[name] = _perplexity(config, name, ckpt, ckpt, traffic, base_ppl, look,
+                                ppl.get(name) if look == "rest" else None)
+        stage = "first look" if look == "first" else "screen"
+        submit(stage, name, _screen(config, name, base_ppl, ppl[name]))
 
     pending: dict[PrefectFuture[Any], tuple[str, str]] = {}
     for spec in plan.runnable:
@@ -116,7 +127,7 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
     budgets = {s.name: s.time_budget_s for s in plan.runnable if hasattr(s, "time_budget_s")}
     for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(budgets, pending)):
         result, err = outcome(fut)
-        if err and stage == "screen":  # a failed perplexity fails its screen: report the cause
+        if err and stage in ("screen", "first look"):  # a failed perplexity fails its screen: the cause
             stage, err = "perplexity", outcome(ppl[name])[1] or err
         if err:
             errors[name] = f"{stage}: {err}" if stage != "quantize" else err
@@ -125,18 +136,26 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             quantized[name] = result
             reused = result.reused or fut.state.name == "Cached"  # Prefect's cache returns the first result
             print(f"      {name}: quantized in {result.seconds:.1f} s{' (reused)' if reused else ''}")
-            ppl[name] = _perplexity(config, name, result.checkpoint, result.checkpoint, traffic, base_ppl)
-            submit("screen", name, _screen(config, name, base_ppl, ppl[name]))
-        elif stage == "screen":
-            print(f"      {name}: perplexity {result.status} ({result.decided_by}): {result.reasons[0]}")
+            perplexity(name, "first" if config.gate.two_looks else "all")
+        elif stage in ("screen", "first look"):
+            print(f"      {name}: perplexity {stage}: {result.status} ({result.decided_by}): "
+                  + result.reasons[0])
             if config.gate.staged and result.status == "reject":
                 print(f"      {name}: rejected at stage ppl, skips the task evals, the judge and the bench")
+            elif stage == "first look":
+                perplexity(name, "rest")
             else:
                 submit("tasks", name, _tasks(config, name, quantized[name].checkpoint,
                                              quantized[name].checkpoint, traffic))
         else:
             tasks[name] = result
             print(f"      {name}: task evals done in {result.seconds:.0f} s")
+    return _scores(config, quantized, ppl, tasks, errors)
+
+
+def _scores(config: PipelineConfig, quantized: dict[str, Any], ppl: dict[str, PrefectFuture[Any]],
+            tasks: dict[str, Any], errors: dict[str, str]) -> list[VariantScores]:
+    """Each variant's evidence as far as it got (a screened-out one: its perplexity alone)."""
     scores = []
     for spec in config.variants:
         q, err = quantized.get(spec.name), errors.get(spec.name, "")
@@ -165,7 +184,9 @@ def _judge(config: PipelineConfig, state: str, baseline: VariantScores, variants
                     variant=v.name, baseline_samples=baseline.lmeval.samples_path,
                     candidate_samples=v.lmeval.samples_path, conf=config.judge, endpoint=endpoint)
                     for v in judged}
-            results = {name: outcome(f) for name, f in futures.items()}
+            pending = {f: ("judge", name) for name, f in futures.items()}
+            beat = _heartbeat({}, pending)
+            results = {name: outcome(f) for f, (_, name) in as_finished(pending, heartbeat=beat)}
     except Exception as exc:  # noqa: BLE001 - no judge is a reported gap, not a crash
         print(f"      judge not started: {type(exc).__name__}: {exc}")
         return variants
@@ -185,6 +206,9 @@ def _bench(config: PipelineConfig, state: str, model: ModelRef, traffic: Prepare
     print(f"[6/7] bench: {len(paths)} models, batch sizes {list(conf.batch_sizes)}, one process")
     with remote_options(num_cpus=conf.num_cpus, num_gpus=1 if conf.device == "cuda" else 0):
         future = bench_task.submit(conf=conf, paths=paths, heldout_path=traffic.heldout_path, state_dir=state)
+    pending = {future: ("bench", f"{len(paths)} models")}
+    for _ in as_finished(pending, heartbeat=_heartbeat({}, pending)):  # a progress line a minute
+        pass
     report, err = outcome(future)
     if err:
         print(f"      bench FAILED: {err}")

@@ -15,7 +15,7 @@ import math
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -58,6 +58,9 @@ class EvalResult:
     requests: tuple[RequestNll, ...] = ()
     cpu_seconds: float = float("nan")
     reference_path: str | None = None  # the baseline's top-k next-token record (its own evaluation)
+    # Which requests this result holds (two-look screen, `looks`): "all" of the held-out set in one
+    # pass, the "first" look's spread subset, or "both" looks merged (the whole set).
+    look: str = "all"
 
     @property
     def kl(self) -> float:
@@ -92,11 +95,15 @@ def scored_positions(encoded: list[Encoded], window: int) -> list[tuple[int, lis
 @torch.no_grad()
 def request_nlls(
     model: torch.nn.Module, encoded: list[Encoded], *, window: int, batch_size: int,
-    on_logits: Callable[[int, int, torch.Tensor], None] | None = None,
+    on_logits: Callable[[int, int, torch.Tensor], None] | None = None, only: Collection[int] | None = None,
 ) -> list[tuple[float, int]]:
     """Per request: (sum of NLL over its scored answer tokens, number of those tokens).
-    `on_logits(request, offset, logits)` sees each window's scored logits ([n, V]) too."""
+    `on_logits(request, offset, logits)` sees each window's scored logits ([n, V]) too. `only`: the
+    request indices to score (the others stay (0, 0)); offsets still number every request's
+    positions, so a subset reads the same reference record as the whole set."""
     items = scored_positions(encoded, window)
+    if only is not None:
+        items = [t for t in items if t[0] in only]
     items.sort(key=lambda t: len(t[1]))  # similar lengths together: less padding
     totals = [[0.0, 0] for _ in encoded]
     for b in range(0, len(items), batch_size):
@@ -137,12 +144,12 @@ def _scored_logits(
     return model.get_output_embeddings()(hidden.last_hidden_state[:, :-1][scored])  # [N, V]
 
 
-def aggregate(nlls: list[tuple[float, int]], slices: list[dict[str, str]]) -> tuple[
-    SlicePpl, dict[str, SlicePpl]
-]:
+def aggregate(nlls: list[tuple[float, int]], slices: list[dict[str, str]], *,
+              names: Sequence[Sequence[str]] | None = None) -> tuple[SlicePpl, dict[str, SlicePpl]]:
+    """`names`: each request's slice names, when they are already known (else from `slices`)."""
     sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    for (s, n), sl in zip(nlls, slices, strict=True):
-        for name in ["overall", *slice_names(sl)]:
+    for i, ((s, n), sl) in enumerate(zip(nlls, slices, strict=True)):
+        for name in ["overall", *(names[i] if names is not None else slice_names(sl))]:
             sums[name][0] += s
             sums[name][1] += n
     result = {k: SlicePpl(math.exp(s / n) if n else math.nan, int(n)) for k, (s, n) in sums.items()}
@@ -157,39 +164,69 @@ def count_kv_quantized_layers(model: torch.nn.Module) -> int:
 def evaluate_checkpoint(
     checkpoint: str, heldout_path: str, out_path: str, *, window: int, batch_size: int,
     dtype: str = "float32", reference: str | None = None, record_reference: bool = False,
+    look: str = "all", first_share: float = 1.0, first: EvalResult | None = None,
 ) -> EvalResult:
     """Perplexity per request and slice. `record_reference` (the baseline): keep the top-k
     next-token record next to `out_path`; `reference` (a variant): the baseline's record, to
-    measure each request's KL from it."""
+    measure each request's KL from it. `look`: "all" requests, the "first" look (`first_share`
+    of them, spread over every stratum), or the rest after `first`, merged with it ("both")."""
+    if (look == "rest") != (first is not None):
+        raise ValueError("the second look (look='rest') needs the first look's result, and only it")
     start, cpu = time.perf_counter(), time.process_time()
     requests = read_requests(Path(heldout_path))
+    picked = look_requests(len(requests), look, first_share)
     tokenizer = load_tokenizer(checkpoint)
     model = load_causal_lm(checkpoint, dtype)
     encoded = [encode_request(tokenizer, r) for r in requests]
     positions = sum(len(ids) - first for _, ids, first, _ in scored_positions(encoded, window))
     tap = (TopKRecorder(positions) if record_reference else
            KlMeter(reference, len(requests)) if reference else None)
-    nlls = request_nlls(model, encoded, window=window, batch_size=batch_size, on_logits=tap)
-    overall, slices = aggregate(nlls, [r.slices for r in requests])
+    nlls = request_nlls(model, encoded, window=window, batch_size=batch_size, on_logits=tap, only=picked)
     kls: list[float | None] = list(tap.per_request) if isinstance(tap, KlMeter) else [None] * len(requests)
-    per_request = tuple(RequestNll(r.id, s, n, tuple(slice_names(r.slices)), kl)
-                        for r, (s, n), kl in zip(requests, nlls, kls, strict=True))
+    per_request = tuple(RequestNll(requests[i].id, *nlls[i], tuple(slice_names(requests[i].slices)), kls[i])
+                        for i in picked)
     reference_path = None
     if isinstance(tap, TopKRecorder):
         reference_path = str(Path(out_path).with_suffix(".topk.npz"))
         tap.save(reference_path)
-    result = EvalResult(overall.ppl, overall.tokens, slices, count_kv_quantized_layers(model),
-                        time.perf_counter() - start, per_request, time.process_time() - cpu,
-                        reference_path)
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
+    if first is not None:  # the second look: the first look's requests back in held-out order
+        by_id = {r.id: r for r in (*first.requests, *per_request)}
+        per_request = tuple(by_id[r.id] for r in requests)
+        seconds, cpu_seconds = seconds + first.seconds, cpu_seconds + first.cpu_seconds
+    overall, slices = aggregate_requests(per_request)
+    result = EvalResult(overall.ppl, overall.tokens, slices, count_kv_quantized_layers(model), seconds,
+                        per_request, cpu_seconds, reference_path, "both" if first is not None else look)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(json.dumps(asdict(result), indent=1))
     return result
 
 
-def eval_file_name(heldout_path: str, conf: EvalConf) -> str:
-    """One result file per (held-out set, dtype, window and batch, eval code), next to what was
-    evaluated (the batch is in the key: padding changes the last bits)."""
-    key = f"{conf.window}x{conf.batch_size}"
+def look_requests(n: int, look: str, first_share: float) -> list[int]:
+    """The indices a look scores: all, the first look's spread subset, or the rest of them."""
+    from quantgate.tasks.evaluate.lmeval import spread
+
+    if look == "all":
+        return list(range(n))
+    first = spread(n, max(1, math.ceil(first_share * n)))
+    if look == "first":
+        return first
+    if look == "rest":
+        chosen = set(first)
+        return [i for i in range(n) if i not in chosen]
+    raise ValueError(f"look must be all, first or rest, not {look!r}")
+
+
+def aggregate_requests(requests: Sequence[RequestNll]) -> tuple[SlicePpl, dict[str, SlicePpl]]:
+    """Overall and per-slice perplexity of the requests a result holds."""
+    return aggregate([(r.nll, r.tokens) for r in requests], [{} for _ in requests],
+                     names=[r.slices for r in requests])
+
+
+def eval_file_name(heldout_path: str, conf: EvalConf, look: str = "all", first_share: float = 1.0) -> str:
+    """One result file per (held-out set, dtype, window and batch, look, eval code), next to what
+    was evaluated (the batch is in the key: padding changes the last bits)."""
+    key = f"{conf.window}x{conf.batch_size}" + ("" if look == "all" else f"-{look}{first_share:g}")
     return f"eval-{Path(heldout_path).parent.name}-{conf.dtype}-{key}-{eval_code_digest()}.json"
 
 

@@ -19,17 +19,20 @@ from quantgate.tasks.traffic.prepare import PreparedTraffic
 
 @task(name="evaluate", task_run_name="evaluate-{variant}", **CACHED)
 def evaluate_task(*, variant: str, checkpoint: str, results_dir: str, traffic: PreparedTraffic,
-                  conf: EvalConf, baseline: EvalResult | None = None) -> EvalResult:
+                  conf: EvalConf, baseline: EvalResult | None = None, look: str = "all",
+                  first_share: float = 1.0, first: EvalResult | None = None) -> EvalResult:
     """The baseline (`baseline` None) records its top-k next-token record; a variant measures its
-    KL from that record."""
-    out = Path(results_dir) / eval_file_name(traffic.heldout_path, conf)
+    KL from that record. `look`: all requests, or the first look of a two-look screen, or the rest
+    (merged with `first`)."""
+    out = Path(results_dir) / eval_file_name(traffic.heldout_path, conf, look, first_share)
     if out.is_file():  # same model, held-out set, settings and code: the result is on disk
         return read_eval(str(out))
     set_threads(conf.num_cpus)
     return evaluate_checkpoint(checkpoint, traffic.heldout_path, str(out), window=conf.window,
                                batch_size=conf.batch_size, dtype=conf.dtype,
                                reference=baseline.reference_path if baseline else None,
-                               record_reference=baseline is None)
+                               record_reference=baseline is None, look=look, first_share=first_share,
+                               first=first)
 
 
 @task(name="lm-eval", task_run_name="lm-eval-{variant}", **CACHED)

@@ -111,10 +111,11 @@ def _limit(c: Check, value: float) -> str:
     return f"{value:.4f}" if c.metric == "kl" else f"{value:.1%}"
 
 
-def corrected(checks: list[Check], gate: GateConf) -> list[Check]:
+def corrected(checks: list[Check], gate: GateConf, look: str = "all") -> list[Check]:
     """Each check's `rejected`, one-sided at (1 − confidence) / 2 (the interval's lower end), with
-    Holm's step-down across the variant's whole family when conf asks for it."""
-    alpha = (1 - gate.confidence) / 2
+    Holm's step-down across the variant's whole family when conf asks for it. With a two-look
+    perplexity screen each look spends its share of that rate (`gate.alpha_share`)."""
+    alpha = (1 - gate.confidence) / 2 * gate.alpha_share(look)
     pvalues = {c.key: c.interval.p_beyond for c in checks}
     if gate.slice_correction == "holm":
         rejected = holm(pvalues, alpha=alpha)
@@ -149,7 +150,7 @@ def gate_variant(v: VariantScores, baseline: VariantScores, gate: GateConf, *, m
         more, notes = task_checks(baseline.lmeval.samples_path, v.lmeval.samples_path, gate,
                                   min_items=min_slice_items)
         checks += more
-    checks = corrected(checks, gate)
+    checks = corrected(checks, gate, v.eval.look)
     status, decided_by, reasons, judge_notes = _status(v, baseline, checks, gate, judge_vote)
     return Verdict(v.name, status, decided_by, v.stage, reasons, notes + judge_notes, checks,
                    **_point_estimates(checks))
@@ -159,8 +160,13 @@ def screen(baseline: VariantScores, v: VariantScores, gate: GateConf, *, min_sli
     """The perplexity stage alone: a variant rejected here skips the later stages when gate.staged
     (its final verdict is this one: the same tests)."""
     ppl_only = dataclasses.replace(v, lmeval=None, judge=None, perf={})
-    return gate_variant(ppl_only, dataclasses.replace(baseline, lmeval=None), gate,
-                        min_slice_tokens=min_slice_tokens, min_slice_items=1)
+    verdict = gate_variant(ppl_only, dataclasses.replace(baseline, lmeval=None), gate,
+                           min_slice_tokens=min_slice_tokens, min_slice_items=1)
+    if v.eval is None or v.eval.look != "first":
+        return verdict
+    n, of = len(v.eval.requests), len(baseline.eval.requests) if baseline.eval else 0
+    look = f"first look ({n} of {of} requests, at {gate.screen_alpha_share:.0%} of the false-alarm rate)"
+    return dataclasses.replace(verdict, reasons=[f"{look}: {r}" for r in verdict.reasons])
 
 
 def _status(v: VariantScores, baseline: VariantScores, checks: list[Check], gate: GateConf,

@@ -53,7 +53,7 @@ def perplexity_checks(baseline: EvalResult, variant: EvalResult, gate: GateConf,
     """`overall` and every slice with ≥ `min_tokens` scored tokens: variant PPL / baseline PPL − 1,
     resampling requests with their pairs. Both results must come from one held-out file (same
     requests, same order, same scored tokens: one tokenizer)."""
-    pairs = _paired_requests(baseline.requests, variant.requests)
+    pairs = _paired_requests(baseline.requests, variant.requests, first_look=variant.look == "first")
     groups: dict[str, list[tuple[RequestNll, RequestNll]]] = {OVERALL: pairs}
     for b, v in pairs:
         for name in b.slices:
@@ -73,7 +73,7 @@ def perplexity_checks(baseline: EvalResult, variant: EvalResult, gate: GateConf,
 def kl_checks(baseline: EvalResult, variant: EvalResult, gate: GateConf, *, min_tokens: int) -> list[Check]:
     """Mean next-token KL from the baseline per scored token (nats), overall and per slice with ≥
     `min_tokens` tokens; none when the variant's evaluation did not measure it."""
-    pairs = _paired_requests(baseline.requests, variant.requests)
+    pairs = _paired_requests(baseline.requests, variant.requests, first_look=variant.look == "first")
     if any(v.kl is None for _, v in pairs):  # evaluated without the baseline's record
         return []
     groups: dict[str, list[RequestNll]] = {OVERALL: [v for _, v in pairs]}
@@ -148,11 +148,15 @@ def _rows(samples_path: str) -> dict[tuple[str, str], dict[str, tuple[float, dic
     return out
 
 
-def _paired_requests(baseline: tuple[RequestNll, ...], variant: tuple[RequestNll, ...]
-                     ) -> list[tuple[RequestNll, RequestNll]]:
+def _paired_requests(baseline: tuple[RequestNll, ...], variant: tuple[RequestNll, ...], *,
+                     first_look: bool = False) -> list[tuple[RequestNll, RequestNll]]:
     if not baseline:
         raise ValueError("the baseline's evaluation has no per-request NLLs: re-evaluate it with this code")
-    if [b.id for b in baseline] != [v.id for v in variant]:
+    ids = [v.id for v in variant]
+    if first_look:  # a spread subset of the held-out set: the baseline's matching requests
+        picked = set(ids)
+        baseline = tuple(b for b in baseline if b.id in picked)
+    if [b.id for b in baseline] != ids:
         raise ValueError(f"not the same held-out requests: baseline has {len(baseline)}, variant "
                          f"{len(variant)}, or another order; evaluate both on one held-out file")
     for b, v in zip(baseline, variant, strict=True):

@@ -51,7 +51,7 @@ class ChatEndpoint:
         body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": 0,
                                 "max_tokens": max_tokens, "seed": 0}
         if logprobs:
-            body |= {"logprobs": True, "top_logprobs": 5}
+            body |= {"logprobs": True, "top_logprobs": 10}  # a 1-5 grade needs five digits
         if schema is not None:
             # llama.cpp's server reads `schema` here; OpenAI's reads json_schema. Both: harmless.
             body["response_format"] = {"type": "json_object", "schema": schema}

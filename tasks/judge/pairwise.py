@@ -8,6 +8,8 @@ Each pair is judged twice, the candidate first as A and then as B. Two readings:
 - prob (needs an endpoint that returns logprobs): the judge's probabilities for the
   verdict tokens, averaged over both orders, which cancels its position bias; the candidate
   wins when its averaged probability beats the baseline's by more than `tie_band`.
+- rubric, reference (grading.py): each answer graded alone on 1-5 (reference: against the other
+  answer as reference), two calls per pair as above; the margin is the score difference.
 
 Identical answers are ties without a judge call. The win-or-tie rate over decided pairs
 gets a percentile-bootstrap confidence interval; the gate reads its lower bound.
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from quantgate.tasks.judge.client import Chat
+from quantgate.tasks.judge.grading import GRADED_MODES, grade, written_score
 from quantgate.tasks.judge.prompt import (
     OWN_ANSWER_CHARS,
     SCHEMA,
@@ -87,10 +90,39 @@ def _to_candidate(verdict: str | None, order: str) -> Outcome | None:
     return "win" if verdict == _CANDIDATE_AS[order] else "loss"
 
 
+def _by_margin(margin: float, tie_band: float) -> Outcome:
+    return "win" if margin > tie_band else "loss" if margin < -tie_band else "tie"
+
+
+def _graded_pair(endpoint: Chat, pair: Pair, *, mode: str, tie_band: float,
+                 transcript: list[dict] | None) -> PairJudgment:
+    """Both answers graded, each alone (rubric) or against the other as reference; no order, so the
+    two text slots hold the one outcome read from the written digits."""
+    scores, digits, errors = {}, {}, []
+    for role, answer, other in (("candidate", pair.candidate, pair.baseline),
+                                ("baseline", pair.baseline, pair.candidate)):
+        score, call = grade(endpoint, pair.request, answer, other if mode == "reference" else None)
+        scores[role] = score
+        digits[role] = written_score(call)
+        if call.error:
+            errors.append(call.error)
+        if transcript is not None:
+            transcript.append({"id": pair.id, "graded": role, "request": redact(pair.request).text,
+                               "answer": redact(answer).text, "reply": call.content, "score": score,
+                               "error": call.error, "seconds": round(call.seconds, 2)})
+    margin = None if None in scores.values() else (scores["candidate"] - scores["baseline"]) / 4
+    text = (None if None in digits.values()
+            else _by_margin((digits["candidate"] - digits["baseline"]) / 4, 0.0))
+    outcome = None if margin is None else _by_margin(margin, tie_band)
+    return PairJudgment(pair.id, outcome, (text, text), margin, errors=tuple(errors))
+
+
 def judge_pair(endpoint: Chat, pair: Pair, *, mode: str, tie_band: float,
                transcript: list[dict] | None = None) -> PairJudgment:
     if " ".join(pair.candidate.split()) == " ".join(pair.baseline.split()):
         return PairJudgment(pair.id, "tie", ("tie", "tie"), 0.0, identical=True)
+    if mode in GRADED_MODES:
+        return _graded_pair(endpoint, pair, mode=mode, tie_band=tie_band, transcript=transcript)
     texts, probs, errors = [], [], []
     for order in ("first", "second"):
         a, b = (pair.candidate, pair.baseline) if order == "first" else (pair.baseline, pair.candidate)
@@ -111,7 +143,7 @@ def judge_pair(endpoint: Chat, pair: Pair, *, mode: str, tie_band: float,
                                "probs": p, "error": call.error, "seconds": round(call.seconds, 2)})
     margin = sum(probs) / 2 if len(probs) == 2 else None
     if mode == "prob" and margin is not None:
-        outcome: Outcome | None = "win" if margin > tie_band else "loss" if margin < -tie_band else "tie"
+        outcome: Outcome | None = _by_margin(margin, tie_band)
     else:
         outcome = texts[0] if texts[0] is not None and texts[0] == texts[1] else None
     return PairJudgment(pair.id, outcome, (texts[0], texts[1]), margin, errors=tuple(errors))

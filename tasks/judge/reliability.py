@@ -125,17 +125,29 @@ def measure_reliability(endpoint: Chat, *, mode: str, tie_band: float, pairs: in
     return result
 
 
-def judge_code_digest() -> str:
-    """What the judge sees and how it is read: system prompt, user template, schema, token
-    budget. Changing any of them invalidates the recorded reliability; refactoring does not."""
+def judge_code_digest(mode: str = "text") -> str:
+    """What the judge sees and how it is read, for one mode: system prompt, user template, schema,
+    token budget. Changing any of them invalidates the recorded reliability; refactoring does not."""
     import hashlib
 
+    from quantgate.tasks.judge import grading
     from quantgate.tasks.judge import pairwise as judge
     from quantgate.tasks.judge import prompt as judge_prompt
 
-    spec = [judge_prompt.SYSTEM, judge_prompt.user_message("{request}", "{a}", "{b}"),
-            judge_prompt.SCHEMA, judge.MAX_TOKENS]
+    if mode in grading.GRADED_MODES:
+        reference = "{reference}" if mode == "reference" else None
+        spec: list = [grading.SYSTEM, grading.grading_messages("{request}", "{answer}", reference)]
+    else:
+        spec = [judge_prompt.SYSTEM, judge_prompt.user_message("{request}", "{a}", "{b}"),
+                judge_prompt.SCHEMA, judge.MAX_TOKENS]
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def recorded(mode: str) -> dict | None:
+    """The committed measurement of one judge mode (the file holds one record per mode)."""
+    if not RELIABILITY_FILE.is_file():
+        return None
+    return json.loads(RELIABILITY_FILE.read_text()).get(mode)
 
 
 def judge_identity(conf: JudgeConf) -> str:
@@ -144,7 +156,7 @@ def judge_identity(conf: JudgeConf) -> str:
     from quantgate.tasks.judge.server import JUDGE_SHA256
 
     model = f"local:{JUDGE_SHA256}" if conf.base_url is None else f"{conf.base_url}#{conf.model}"
-    return f"{model}|{judge_code_digest()}"
+    return f"{model}|{conf.mode}|{judge_code_digest(conf.mode)}"
 
 
 def judge_vote(conf: JudgeConf) -> JudgeVote:
@@ -158,12 +170,12 @@ def judge_vote(conf: JudgeConf) -> JudgeVote:
     if conf.base_url is not None:
         return vote(False, "external judge: reliability not measured here, "
                          "advisory (run bench/judge_reliability.py against it)")
-    if not RELIABILITY_FILE.is_file():
-        return vote(False, "judge reliability not measured: advisory")
-    rec = json.loads(RELIABILITY_FILE.read_text())
+    rec = recorded(conf.mode)
+    if rec is None:
+        return vote(False, f"judge reliability not measured in mode {conf.mode!r}: advisory")
     from quantgate.tasks.judge.server import JUDGE_SHA256
 
-    if rec.get("judge_sha256") != JUDGE_SHA256 or rec.get("judge_code") != judge_code_digest():
+    if rec.get("judge_sha256") != JUDGE_SHA256 or rec.get("judge_code") != judge_code_digest(conf.mode):
         return vote(False, "judge reliability was measured for another judge "
                          "model or prompt: advisory")
     measured = (f"on {rec['pairs']} labelled pairs it decided {rec['swap_consistency']:.0%} "

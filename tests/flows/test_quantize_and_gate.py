@@ -94,7 +94,8 @@ def test_run_prints_table_and_addresses(first_run):
     assert "fp8_w8a8: none" in out and "control, measured anyway" in out
     assert "[6/7] bench: 5 models" in out  # baseline + the four variants that quantized
     assert "MLflow:  sqlite:///" in out and "Prefect: flow run" in out
-    assert re.search(r"int4_gptq: perplexity pass \((ppl|kl)\): every gating metric", out), out[-3000:]
+    passed = r"int4_gptq: perplexity screen: pass \((ppl|kl)\): every gating metric"
+    assert re.search(passed, out), out[-3000:]
     assert "where the time went:" in out and "| variants |" in out and "| int4_gptq | quantize |" in out
 
 

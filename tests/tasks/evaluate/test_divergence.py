@@ -53,3 +53,18 @@ def test_evaluation_records_the_baseline_and_measures_a_variant_against_it(tiny_
                               batch_size=4, reference=base.reference_path)
     assert var.kl > 1e-4 and all(r.kl is not None and r.kl >= -1e-6 for r in var.requests)
     assert abs(sum(r.kl for r in var.requests) / var.tokens - var.kl) < 1e-12
+    # Two looks: the first reads a spread quarter, the second the rest; merged, they are the one-pass
+    # result request by request (NLL and KL), in held-out order, with the time of both.
+    first = evaluate_checkpoint(str(tmp_path / "v"), str(held), str(tmp_path / "v1.json"), window=64,
+                                batch_size=4, reference=base.reference_path, look="first", first_share=0.25)
+    assert first.look == "first" and len(first.requests) == 3
+    assert {r.id for r in first.requests} < {r.id for r in var.requests}
+    both = evaluate_checkpoint(str(tmp_path / "v"), str(held), str(tmp_path / "v2.json"), window=64,
+                               batch_size=4, reference=base.reference_path, look="rest", first_share=0.25,
+                               first=first)
+    assert both.look == "both" and [r.id for r in both.requests] == [r.id for r in var.requests]
+    for one, two in zip(var.requests, both.requests, strict=True):
+        assert abs(one.nll - two.nll) < 1e-3 * max(1.0, one.nll) and one.tokens == two.tokens
+        assert abs(one.kl - two.kl) < 1e-4
+    assert both.tokens == var.tokens and abs(both.ppl - var.ppl) < 1e-3 * var.ppl
+    assert both.slices.keys() == var.slices.keys() and both.seconds > first.seconds

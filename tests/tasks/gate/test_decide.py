@@ -253,3 +253,35 @@ def test_winner_is_a_pass_before_a_monitor_then_measured_energy_then_bytes(tmp_p
     assert decide(base, [slow, quick], fast, **LIMITS).winner == "small"
     with pytest.raises(ValueError, match=r"objective(.|\n)*unknown \['speed'\]"):
         GateConf(objective=("speed",))
+
+
+def test_the_first_look_reads_a_spread_quarter_and_spends_a_fifth_of_the_false_alarm_rate(tmp_path):
+    from quantgate.tasks.evaluate.lmeval import spread
+    from quantgate.tasks.gate.decide import corrected
+    from quantgate.tasks.gate.evidence import Check
+    from quantgate.tasks.gate.paired import Interval
+
+    w = world()
+    base = scores(tmp_path, w, "baseline")
+    keep = set(spread(len(w.nll), 60))
+
+    def first_look(v: VariantScores) -> VariantScores:
+        requests = tuple(r for i, r in enumerate(v.eval.requests) if i in keep)
+        return dataclasses.replace(v, eval=dataclasses.replace(v.eval, requests=requests, look="first"))
+
+    int4 = first_look(scores(tmp_path, w, "int4", nll=w.nll + math.log1p(0.19) * w.tokens))  # PPL +19 %
+    v = screen(base, int4, GATE, min_slice_tokens=300)
+    assert v.status == "reject" and v.reasons[0].startswith("first look (60 of 240 requests"), v.reasons
+    rng = np.random.default_rng(7)
+    for _ in range(10):  # the near-null control never stops at the first look
+        nll, _, _ = near_null(w, rng)
+        assert screen(base, first_look(scores(tmp_path, w, "n", nll=nll)), GATE,
+                      min_slice_tokens=300).status != "reject"
+    truncated = dataclasses.replace(int4, eval=dataclasses.replace(int4.eval, look="all"))
+    with pytest.raises(ValueError, match="not the same held-out requests"):  # a subset only by design
+        screen(base, truncated, GATE, min_slice_tokens=300)
+    # One-sided p = 0.01 against investigate: within the 2.5 % of one look and of the second look's
+    # 2.0 %, beyond the first look's 0.5 %.
+    check = Check("ppl", "overall", Interval(0.12, 0.10, 0.14, 60, 0.95, 0.10, 0.01), 1.0)
+    looks = ("all", "first", "both")
+    assert [corrected([check], GATE, look)[0].rejected for look in looks] == [True, False, True]

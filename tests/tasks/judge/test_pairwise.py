@@ -3,6 +3,7 @@ that answers the way real endpoints misbehave (a scripted one: the real judge mo
 exercised in test_judge_live.py)."""
 
 import json
+import math
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -166,3 +167,48 @@ def test_bootstrap_ci_brackets_the_mean_and_narrows_with_n():
     assert lo < 0.75 < hi
     lo2, hi2 = bootstrap_ci([1.0] * 300 + [0.0] * 100)
     assert hi2 - lo2 < hi - lo
+
+
+def _grader(score_of):
+    """A scripted grader: the digit log-probabilities `score_of(answer, reference)` gives, as
+    llama.cpp returns them for a one-token reply."""
+    def reply(body):
+        text = body["messages"][1]["content"]
+        answer = text.split("<<<ANSWER>>>\n")[1].split("\n<<<END ANSWER>>>")[0]
+        ref = (text.split("<<<REFERENCE>>>\n")[1].split("\n<<<END REFERENCE>>>")[0]
+               if "<<<REFERENCE>>>" in text else None)
+        probs = score_of(answer, ref)
+        top = [{"token": d, "logprob": math.log(p)} for d, p in probs.items() if p > 0]
+        best = max(probs, key=probs.get)
+        logprobs = {"content": [{"token": best, "top_logprobs": top}]}
+        return 200, json.dumps({"choices": [{"message": {"content": best}, "logprobs": logprobs}]})
+    return reply
+
+
+def test_graded_modes_score_each_answer_alone_and_compare_expected_scores(server):
+    script, url = server
+    right = {"5": 0.7, "4": 0.3}  # expected 4.7
+    wrong = {"2": 0.6, "1": 0.4}  # expected 1.6
+    near = {"5": 0.6, "4": 0.4}  # expected 4.6: a tie with `right` at tie_band 0.1
+    by_answer = {"right": right, "wrong": wrong, "near": near}
+    script.replies = [_grader(lambda a, ref: by_answer[a])] * 6
+    pairs = [Pair("w", "q", "right", "wrong"), Pair("l", "q", "wrong", "right"),
+             Pair("t", "q", "near", "right")]
+    summary, judged = judge_pairs(_endpoint(url), pairs, mode="rubric", tie_band=0.1)
+    assert [j.outcome for j in judged] == ["win", "loss", "tie"]
+    assert judged[0].prob_margin == pytest.approx((4.7 - 1.6) / 4)
+    assert summary.decided == 3 and summary.inconsistent == 0
+    # rubric: the grader never sees the other answer; reference: it sees it as the reference
+    assert all("<<<REFERENCE>>>" not in body["messages"][1]["content"] for _, body in script.requests)
+    script.replies = [_grader(lambda a, ref: by_answer[a] if ref is not None else {"3": 1.0})] * 2
+    _, judged = judge_pairs(_endpoint(url), pairs[:1], mode="reference", tie_band=0.1)
+    assert judged[0].outcome == "win"
+    last = script.requests[-1][1]["messages"][1]["content"]
+    assert "<<<REFERENCE>>>\nright" in last and "<<<ANSWER>>>\nwrong" in last
+
+
+def test_a_grade_that_is_no_digit_leaves_the_pair_undecided(server):
+    script, url = server
+    script.replies = [_completion("five")] * 2
+    summary, judged = judge_pairs(_endpoint(url), [Pair("x", "q", "a", "b")], mode="rubric", tie_band=0.1)
+    assert judged[0].outcome is None and summary.decided == 0 and summary.unparseable == 2

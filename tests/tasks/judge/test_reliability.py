@@ -11,10 +11,13 @@ from quantgate.tasks.judge.reliability import injected, judge_code_digest, judge
 from quantgate.tasks.judge.server import JUDGE_SHA256
 
 
-def test_committed_measurement_is_for_this_judge_and_prompt():
-    rec = json.loads(RELIABILITY_FILE.read_text())
-    assert rec["judge_sha256"] == JUDGE_SHA256 and rec["judge_code"] == judge_code_digest()
-    assert rec["pairs"] >= 100
+def test_committed_measurements_are_for_this_judge_and_prompt():
+    records = json.loads(RELIABILITY_FILE.read_text())
+    assert "text" in records
+    for mode, rec in records.items():
+        assert rec["mode"] == mode
+        assert rec["judge_sha256"] == JUDGE_SHA256 and rec["judge_code"] == judge_code_digest(mode)
+        assert rec["pairs"] >= 40
 
 
 @pytest.fixture
@@ -22,10 +25,10 @@ def record(tmp_path, monkeypatch):
     path = tmp_path / "rel.json"
     monkeypatch.setattr(judge_reliability, "RELIABILITY_FILE", path)
 
-    def write(**kw):
-        rec = {"judge_sha256": JUDGE_SHA256, "judge_code": judge_code_digest(), "pairs": 100,
-               "agreement": 0.58, "decided_agreement": 1.0, "swap_consistency": 0.58, **kw}
-        path.write_text(json.dumps(rec))
+    def write(mode="text", **kw):
+        rec = {"judge_sha256": JUDGE_SHA256, "judge_code": judge_code_digest(mode), "pairs": 100,
+               "agreement": 0.58, "decided_agreement": 1.0, "swap_consistency": 0.58, "mode": mode, **kw}
+        path.write_text(json.dumps({mode: rec}))
     return write
 
 
@@ -40,6 +43,11 @@ def test_vote_follows_the_measured_reliability(record):
     record(judge_code="something-else")
     assert "another judge model or prompt" in judge_vote(JudgeConf()).note
     assert not judge_vote(JudgeConf(base_url="http://127.0.0.1:1/v1")).counts
+    record(mode="rubric")  # a measurement of one mode says nothing of another
+    assert not judge_vote(JudgeConf()).counts and "mode 'text'" in judge_vote(JudgeConf()).note
+    assert judge_vote(JudgeConf(mode="rubric")).counts
+    record(mode="rubric", judge_code=judge_code_digest("text"))
+    assert not judge_vote(JudgeConf(mode="rubric")).counts
 
 
 def test_labelled_pairs_are_balanced_and_right():
