@@ -70,6 +70,21 @@ class EvalConf(Strict):
     num_cpus: Annotated[float, Field(gt=0)] = 1
 
 
+class LongContextConf(Strict):
+    """The long-context probe at the served context (tasks/evaluate/long_context.py): perplexity on
+    long licence texts scored in `block`-token items by position, and passkey retrieval at `depths`,
+    for the baseline and every variant that passed the perplexity screen. A 135M model's forward over
+    8,192 tokens is ~100 CPU s, so the default profile leaves it off and conf/quality.yaml runs it."""
+
+    enabled: bool = False
+    context: Annotated[int, Field(ge=64)] = Field(default=8192, description="tokens per document and "
+                                                  "per passkey prompt: the context the model is served at")
+    documents: Annotated[int, Field(ge=1)] = 2
+    block: Annotated[int, Field(ge=16)] = 256
+    depths: tuple[Annotated[float, Field(ge=0, le=1)], ...] = (0.1, 0.5, 0.9)
+    num_cpus: Annotated[float, Field(gt=0)] = 1
+
+
 class LmEvalConf(Strict):
     """lm-eval task suite, run on the baseline and every variant with one backend and version.
 
@@ -266,7 +281,8 @@ class GateConf(Strict):
         return {"first": self.screen_alpha_share, "both": 1 - self.screen_alpha_share}.get(look, 1.0)
 
     def budget(self, metric: str) -> Budget:
-        return self.per_metric.get(metric) or self.budgets[metric if metric in ("ppl", "kl") else "task"]
+        family = "ppl" if metric in ("ppl", "long_ppl") else "kl" if metric == "kl" else "task"
+        return self.per_metric.get(metric) or self.budgets[family]
 
     def gates_on(self, task: str, metric: str) -> bool:
         return task not in self.task_metrics or self.task_metrics[task] == metric
@@ -293,6 +309,7 @@ class PipelineConfig(Strict):
     calibration: CalibrationConf = CalibrationConf()
     eval: EvalConf = EvalConf()
     lmeval: LmEvalConf = LmEvalConf()
+    long_context: LongContextConf = LongContextConf()
     judge: JudgeConf = JudgeConf()
     variants: tuple[VariantSpec, ...]
     bench: BenchConf = BenchConf()
@@ -326,12 +343,12 @@ class PipelineConfig(Strict):
     def _unknown_metric(self, key: str) -> str:
         """Why `key` names no metric the gate checks ("" when it does): a typo must not fall back
         silently to gate.recovery."""
-        if key in ("ppl", "kl"):
+        if key in ("ppl", "kl", "long_ppl"):
             return ""
         prefix, _, rest = key.partition(".")
         task, _, metric = rest.partition(".")
         if prefix != "lmeval" or not task or not metric:
-            return "not a gated metric; use `ppl`, `kl` or `lmeval.<task>.<metric>`"
+            return "not a gated metric; use `ppl`, `kl`, `long_ppl` or `lmeval.<task>.<metric>`"
         if task not in self.lmeval.tasks:
             return f"task {task!r} is not in lmeval.tasks {list(self.lmeval.tasks)}"
         known = local_tasks().get(task)

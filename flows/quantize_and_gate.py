@@ -25,7 +25,7 @@ from quantgate.conf.methods import VariantSpec
 from quantgate.conf.schema import PipelineConfig
 from quantgate.flows.outcomes import as_finished, outcome, value
 from quantgate.tasks.calibrate.stages import calibrate_task, drift_task
-from quantgate.tasks.evaluate.stages import evaluate_task, lmeval_task
+from quantgate.tasks.evaluate.stages import evaluate_task, lmeval_task, long_context_task
 from quantgate.tasks.gate.decide import VariantScores
 from quantgate.tasks.gate.stages import gate_task, report_task, screen_task, survivors_task
 from quantgate.tasks.gate.times import run_times
@@ -87,6 +87,12 @@ def _tasks(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
                                   traffic=traffic, conf=config.lmeval, dtype=config.eval.dtype)
 
 
+def _long(config: PipelineConfig, name: str, checkpoint: str, results_dir: str) -> PrefectFuture[Any]:
+    with remote_options(num_cpus=config.long_context.num_cpus):
+        return long_context_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
+                                        conf=config.long_context, dtype=config.eval.dtype)
+
+
 def _screen(config: PipelineConfig, name: str, base_ppl: PrefectFuture[Any],
             ppl: PrefectFuture[Any]) -> PrefectFuture[Any]:
     with remote_options(num_cpus=0):  # a bootstrap over a few hundred requests: no core of its own
@@ -123,7 +129,7 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
     pending: dict[PrefectFuture[Any], tuple[str, str]] = {}
     for spec in plan.runnable:
         submit("quantize", spec.name, _quantize(config, spec, model, traffic, state))
-    quantized, ppl, tasks, errors = {}, {}, {}, dict(plan.skipped)
+    quantized, ppl, tasks, longs, errors = {}, {}, {}, {}, dict(plan.skipped)
     budgets = {s.name: s.time_budget_s for s in plan.runnable if hasattr(s, "time_budget_s")}
     for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(budgets, pending)):
         result, err = outcome(fut)
@@ -145,23 +151,29 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             elif stage == "first look":
                 perplexity(name, "rest")
             else:
-                submit("tasks", name, _tasks(config, name, quantized[name].checkpoint,
-                                             quantized[name].checkpoint, traffic))
+                ckpt = quantized[name].checkpoint
+                submit("tasks", name, _tasks(config, name, ckpt, ckpt, traffic))
+                if config.long_context.enabled:
+                    submit("long context", name, _long(config, name, ckpt, ckpt))
+        elif stage == "long context":
+            longs[name] = result
+            print(f"      {name}: long context ({result.context} tokens) PPL {result.perplexity.ppl:.3f}, "
+                  f"passkeys {result.passkey_accuracy:.0%} in {result.seconds:.0f} s")
         else:
             tasks[name] = result
             print(f"      {name}: task evals done in {result.seconds:.0f} s")
-    return _scores(config, quantized, ppl, tasks, errors)
+    return _scores(config, quantized, ppl, tasks, longs, errors)
 
 
 def _scores(config: PipelineConfig, quantized: dict[str, Any], ppl: dict[str, PrefectFuture[Any]],
-            tasks: dict[str, Any], errors: dict[str, str]) -> list[VariantScores]:
+            tasks: dict[str, Any], longs: dict[str, Any], errors: dict[str, str]) -> list[VariantScores]:
     """Each variant's evidence as far as it got (a screened-out one: its perplexity alone)."""
     scores = []
     for spec in config.variants:
         q, err = quantized.get(spec.name), errors.get(spec.name, "")
         evaluated = outcome(ppl[spec.name])[0] if spec.name in ppl else None
         scores.append(VariantScores(spec.name, spec.method, spec.control, evaluated, error=err,
-                                    lmeval=tasks.get(spec.name),
+                                    lmeval=tasks.get(spec.name), long=longs.get(spec.name),
                                     quantize_seconds=q.seconds if q else float("nan"),
                                     quantize_cpu_seconds=q.cpu_seconds if q else float("nan"),
                                     checkpoint=q.checkpoint if q and evaluated else None))
@@ -215,9 +227,11 @@ def _bench(config: PipelineConfig, state: str, model: ModelRef, traffic: Prepare
     return report
 
 
-def _baseline(model: ModelRef, ppl: PrefectFuture[Any], tasks: PrefectFuture[Any]) -> VariantScores:
+def _baseline(model: ModelRef, ppl: PrefectFuture[Any], tasks: PrefectFuture[Any],
+              long: PrefectFuture[Any] | None) -> VariantScores:
     """The baseline's scores once its evaluations are done (the run cannot go on without them)."""
     baseline = VariantScores("baseline", "baseline", True, value(ppl), lmeval=value(tasks),
+                             long=value(long) if long is not None else None,
                              quantize_seconds=0.0, checkpoint=model.path)
     for task_name, why in baseline.lmeval.skipped.items():
         print(f"      lm-eval {task_name}: skipped, {why}")
@@ -241,13 +255,15 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
                                             num_cpus=config.eval.num_cpus, state_dir=state)
     base_ppl = _perplexity(config, "baseline", model.path, model.results_dir(state), traffic)
     base_tasks = _tasks(config, "baseline", model.path, model.results_dir(state), traffic)
+    base_long = (_long(config, "baseline", model.path, model.results_dir(state))
+                 if config.long_context.enabled else None)
     plan = plan_task(conf=config.plan, model=model, variants=config.variants)
     print("\n".join("      " + line for line in plan.lines))
 
     print(f"[4/7] quantizing {len(plan.runnable)} variants (Ray); each then perplexity, the perplexity "
           f"screen{' (a reject skips the later stages)' if config.gate.staged else ''}, task evals")
     variants = _quantize_then_evaluate(config, plan, model, traffic, state, base_ppl)
-    baseline = _baseline(model, base_ppl, base_tasks)
+    baseline = _baseline(model, base_ppl, base_tasks, base_long)
     clock.lap("variants")
     survivors = survivors_task(baseline=baseline, variants=variants, gate=config.gate,
                                min_slice_tokens=config.eval.min_slice_tokens,

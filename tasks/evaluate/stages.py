@@ -9,8 +9,9 @@ from pathlib import Path
 
 from prefect import task
 
-from quantgate.conf.schema import EvalConf, LmEvalConf
+from quantgate.conf.schema import EvalConf, LmEvalConf, LongContextConf
 from quantgate.tasks.evaluate.lmeval import LmEvalResult, lmeval_dir_name, read_lmeval, run_lmeval
+from quantgate.tasks.evaluate.long_context import LongContextResult, read_long_context, run_long_context
 from quantgate.tasks.evaluate.perplexity import EvalResult, eval_file_name, evaluate_checkpoint, read_eval
 from quantgate.tasks.runtime.caching import CACHED
 from quantgate.tasks.runtime.threads import set_threads
@@ -45,3 +46,18 @@ def lmeval_task(*, variant: str, checkpoint: str, results_dir: str, traffic: Pre
     return run_lmeval(checkpoint, str(out), tasks=list(conf.tasks), replay_path=traffic.heldout_path,
                       replay_size=conf.replay_size, batch_size=conf.batch_size, dtype=dtype,
                       limit=conf.limit, backend=conf.backend)
+
+
+@task(name="long-context", task_run_name="long-context-{variant}", **CACHED)
+def long_context_task(*, variant: str, checkpoint: str, results_dir: str, conf: LongContextConf,
+                      dtype: str) -> LongContextResult:
+    """Long-document perplexity and passkey retrieval at the served context (long_context.py)."""
+    from quantgate.tasks.evaluate.perplexity import eval_code_digest
+
+    key = f"{conf.context}x{conf.documents}x{conf.block}-{'-'.join(f'{d:g}' for d in conf.depths)}"
+    out = Path(results_dir) / f"long-{dtype}-{key}-{eval_code_digest()}.json"
+    if out.is_file():
+        return read_long_context(str(out))
+    set_threads(conf.num_cpus)
+    return run_long_context(checkpoint, str(out), context=conf.context, documents=conf.documents,
+                            block=conf.block, depths=conf.depths, dtype=dtype)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from quantgate.conf.schema import OBJECTIVES, GateConf
 from quantgate.tasks.evaluate.lmeval import LmEvalResult
+from quantgate.tasks.evaluate.long_context import LongContextResult
 from quantgate.tasks.evaluate.perplexity import EvalResult
 from quantgate.tasks.gate.evidence import OVERALL, Check, kl_checks, perplexity_checks, task_checks
 from quantgate.tasks.gate.paired import holm
@@ -50,6 +51,7 @@ class VariantScores:
     error: str = ""
     lmeval: LmEvalResult | None = None
     judge: JudgeSummary | None = None
+    long: LongContextResult | None = None  # the long-context probe (long_context.enabled)
     # Measured by the bench at bench.gate_batch: "perf.decode_tok_s", "perf.tpot_ms",
     # "perf.ttft_ms", "energy.j_per_token", ... (empty when the bench did not run).
     perf: dict[str, float] = field(default_factory=dict)
@@ -92,7 +94,7 @@ def _is_task(c: Check) -> bool:
 
 def _recovery(c: Check) -> float:
     d = c.interval.estimate
-    return 1 / (1 + d) if c.metric == "ppl" else 1 - d
+    return 1 / (1 + d) if c.metric in ("ppl", "long_ppl") else 1 - d
 
 
 def rel(x: float) -> str:
@@ -150,6 +152,9 @@ def gate_variant(v: VariantScores, baseline: VariantScores, gate: GateConf, *, m
         more, notes = task_checks(baseline.lmeval.samples_path, v.lmeval.samples_path, gate,
                                   min_items=min_slice_items)
         checks += more
+    if baseline.long is not None and v.long is not None:  # at the served context: KV error adds up
+        checks += perplexity_checks(baseline.long.perplexity, v.long.perplexity, gate,
+                                    min_tokens=min_slice_tokens, metric="long_ppl")
     checks = corrected(checks, gate, v.eval.look)
     status, decided_by, reasons, judge_notes = _status(v, baseline, checks, gate, judge_vote)
     return Verdict(v.name, status, decided_by, v.stage, reasons, notes + judge_notes, checks,
@@ -159,8 +164,8 @@ def gate_variant(v: VariantScores, baseline: VariantScores, gate: GateConf, *, m
 def screen(baseline: VariantScores, v: VariantScores, gate: GateConf, *, min_slice_tokens: int) -> Verdict:
     """The perplexity stage alone: a variant rejected here skips the later stages when gate.staged
     (its final verdict is this one: the same tests)."""
-    ppl_only = dataclasses.replace(v, lmeval=None, judge=None, perf={})
-    verdict = gate_variant(ppl_only, dataclasses.replace(baseline, lmeval=None), gate,
+    ppl_only = dataclasses.replace(v, lmeval=None, judge=None, perf={}, long=None)
+    verdict = gate_variant(ppl_only, dataclasses.replace(baseline, lmeval=None, long=None), gate,
                            min_slice_tokens=min_slice_tokens, min_slice_items=1)
     if v.eval is None or v.eval.look != "first":
         return verdict

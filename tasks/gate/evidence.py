@@ -49,7 +49,7 @@ class Check:
 
 
 def perplexity_checks(baseline: EvalResult, variant: EvalResult, gate: GateConf, *,
-                      min_tokens: int) -> list[Check]:
+                      min_tokens: int, metric: str = "ppl") -> list[Check]:
     """`overall` and every slice with ≥ `min_tokens` scored tokens: variant PPL / baseline PPL − 1,
     resampling requests with their pairs. Both results must come from one held-out file (same
     requests, same order, same scored tokens: one tokenizer)."""
@@ -58,7 +58,7 @@ def perplexity_checks(baseline: EvalResult, variant: EvalResult, gate: GateConf,
     for b, v in pairs:
         for name in b.slices:
             groups.setdefault(name, []).append((b, v))
-    budget, checks = gate.budget("ppl"), []
+    budget, checks = gate.budget(metric), []
     for name, group in groups.items():
         if name != OVERALL and sum(b.tokens for b, _ in group) < min_tokens:
             continue  # too few tokens to gate on: reported by the slice table, not here
@@ -66,7 +66,7 @@ def perplexity_checks(baseline: EvalResult, variant: EvalResult, gate: GateConf,
         interval = perplexity_degradation(b, v, t, level=gate.confidence, resamples=gate.resamples,
                                           seed=gate.seed, beyond=budget.investigate)
         need = items_to_decide_ppl(b, v, t, budget=budget.monitor, alpha=1 - gate.confidence)
-        checks.append(Check("ppl", name, interval, need))
+        checks.append(Check(metric, name, interval, need))
     return checks
 
 

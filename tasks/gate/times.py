@@ -19,4 +19,6 @@ def run_times(stages: dict[str, float], flow_s: float, baseline: VariantScores,
             rows.append(ModelTime(v.name, "ppl", v.eval.seconds, v.eval.cpu_seconds))
         if v.lmeval is not None:
             rows.append(ModelTime(v.name, "tasks", v.lmeval.seconds, v.lmeval.cpu_seconds))
+        if v.long is not None:
+            rows.append(ModelTime(v.name, "long context", v.long.seconds, v.long.cpu_seconds))
     return RunTimes(dict(stages), flow_s, rows)

@@ -128,6 +128,11 @@ def log_child_run(
         metrics |= lmeval_metrics(scores.lmeval)
     if scores.judge is not None:
         metrics |= judge_metrics(scores.judge)
+    if scores.long is not None:  # the long-context probe: perplexity by position, passkeys
+        long = scores.long
+        metrics |= {"long.ppl": long.perplexity.ppl, "long.passkey_acc": long.passkey_accuracy,
+                    "long.context": float(long.context)}
+        metrics |= {metric_name("long.ppl", k): s.ppl for k, s in long.perplexity.slices.items()}
     if scores.checkpoint is not None and scores.eval is not None:
         metrics |= quantize_note_metrics(scores.checkpoint)
     if verdict is not None and scores.eval is not None:

@@ -43,6 +43,7 @@ def _config(tmp_path, model, *, judge=False):
             "lmeval": {"tasks": ["qg_facts_mc", "qg_replay"], "limit": 4, "replay_size": 6,
                        "batch_size": 4, "min_slice_items": 2},
             "judge": {"enabled": judge, "max_pairs": 2, "min_agreement": 1.0},
+            "long_context": {"enabled": True, "context": 96, "documents": 1, "block": 32, "depths": [0.5]},
             "plan": {"target": "a100-80gb"},
             "bench": {"batch_sizes": [1, 2], "prompt_tokens": 8, "new_tokens": 3, "warmup": 0,
                       "repeats": 1, "num_cpus": 2},
@@ -126,6 +127,8 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
                 "size.bytes", "size.bits_per_weight"):
         assert key in gptq.metrics, key
     assert children["kv_fp8"].data.metrics["eval.kv_cache_quantized_layers"] == 2
+    for name in ("baseline", "kv_fp8", "int4_gptq"):  # the long-context probe, on every screen survivor
+        assert children[name].data.metrics["long.context"] == 96 and "long.ppl" in children[name].data.metrics
     assert (gptq.tags["gate.verdict"], gptq.tags["gate.stage"]) == ("pass", "bench")
     assert gptq.tags["gate.decided_by"] in {"ppl", "kl", "lmeval.qg_facts_mc.acc",
                                             "lmeval.qg_replay.token_f1"}
