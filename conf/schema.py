@@ -135,9 +135,11 @@ class JudgeConf(Strict):
     margin: Annotated[float, Field(gt=0, le=1)] = Field(
         default=0.5, description="lower CI bound of the win-or-tie rate must reach this")
     min_agreement: Annotated[float, Field(ge=0, le=1)] = Field(
-        default=0.8, description="measured share of decided labelled pairs judged right")
+        default=0.85, description="measured share of decided labelled pairs judged right (issue 11's "
+        "target; the run's own replay pairs must reach min_consistency too)")
     min_consistency: Annotated[float, Field(ge=0, le=1)] = Field(
-        default=0.5, description="measured share of labelled pairs decided (orders agree)")
+        default=0.8, description="measured share of labelled pairs decided (orders agree): a judge "
+        "that commits on fewer is position-biased on the rest")
     min_decided: Annotated[int, Field(ge=1)] = Field(
         default=10, description="fewer decided pairs in a run: that judge result is inconclusive")
     threads: Annotated[int, Field(ge=1)] = 2

@@ -27,7 +27,7 @@ def record(tmp_path, monkeypatch):
 
     def write(mode="text", **kw):
         rec = {"judge_sha256": JUDGE_SHA256, "judge_code": judge_code_digest(mode), "pairs": 100,
-               "agreement": 0.58, "decided_agreement": 1.0, "swap_consistency": 0.58, "mode": mode, **kw}
+               "agreement": 0.9, "decided_agreement": 1.0, "swap_consistency": 0.9, "mode": mode, **kw}
         path.write_text(json.dumps({mode: rec}))
     return write
 
@@ -38,7 +38,7 @@ def test_vote_follows_the_measured_reliability(record):
     record(decided_agreement=0.7)
     vote = judge_vote(JudgeConf())
     assert not vote.counts and "advisory" in vote.note
-    record(swap_consistency=0.3)
+    record(swap_consistency=0.58)  # the committed text-mode judge: right when it commits, too seldom
     assert not judge_vote(JudgeConf()).counts
     record(judge_code="something-else")
     assert "another judge model or prompt" in judge_vote(JudgeConf()).note
