@@ -104,10 +104,14 @@ def _heartbeat(budgets: dict[str, float], pending: dict[Any, Any]) -> Any:
     """Prints what runs, for how long, against which budget (2-bit methods), and how many wait."""
     def beat(running: dict[tuple[str, str], float]) -> None:
         now = time.time()
+        waiting = f"{len(pending) - len(running)} waiting for a CPU"
+        if not running:  # the CPUs are busy with work submitted before these (the baseline's evaluations)
+            print(f"      … {waiting} (earlier stages hold the CPUs)")
+            return
         print("      … running: " + ", ".join(
             f"{stage} {name} {now - since:.0f} s"
             + (f" of {budgets[name]:.0f}" if stage == "quantize" and name in budgets else "")
-            for (stage, name), since in sorted(running.items())) + f"; {len(pending) - len(running)} waiting")
+            for (stage, name), since in sorted(running.items())) + f"; {waiting}")
     return beat
 
 

@@ -137,3 +137,20 @@ def planted_pii(log: Path) -> set[str]:
     """Every PII value the detectors find in a traffic log's raw lines: what must not reappear."""
     text = log.read_bytes().decode("utf-8", errors="replace")
     return {hit for _, hit in pii_hits(text)}
+
+
+def perturbed_copy(model_dir: str, out: Path, scale: float, seed: int = 0) -> Path:
+    """A copy of a tiny model with Gaussian noise (`scale`) on every decoder-layer weight: a variant
+    whose divergence from the original is known to be there."""
+    import torch
+
+    from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
+
+    model = load_causal_lm(model_dir)
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in model.model.layers.parameters():
+            p.add_(scale * torch.randn_like(p))
+    model.save_pretrained(out)
+    load_tokenizer(model_dir).save_pretrained(out)
+    return out

@@ -6,10 +6,9 @@ import torch.nn.functional as F
 
 from quantgate.tasks.evaluate.divergence import TOP_K, coarse_kl
 from quantgate.tasks.evaluate.perplexity import evaluate_checkpoint
-from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.traffic.load import load_traffic, write_requests
 
-from factories import mixed_records, write_traffic
+from factories import mixed_records, perturbed_copy, write_traffic
 
 
 def _top(logits, k=TOP_K):
@@ -42,13 +41,7 @@ def test_evaluation_records_the_baseline_and_measures_a_variant_against_it(tiny_
     same = evaluate_checkpoint(tiny_model, str(held), str(tmp_path / "same.json"), window=64, batch_size=3,
                                reference=base.reference_path)
     assert abs(same.kl) < 1e-5  # another batch size, the same model: no divergence
-    model = load_causal_lm(tiny_model)
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.model.layers.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    model.save_pretrained(tmp_path / "v")
-    load_tokenizer(tiny_model).save_pretrained(tmp_path / "v")
+    perturbed_copy(tiny_model, tmp_path / "v", 0.05)
     var = evaluate_checkpoint(str(tmp_path / "v"), str(held), str(tmp_path / "v.json"), window=64,
                               batch_size=4, reference=base.reference_path)
     assert var.kl > 1e-4 and all(r.kl is not None and r.kl >= -1e-6 for r in var.requests)

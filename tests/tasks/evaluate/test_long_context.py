@@ -4,7 +4,6 @@ blocks by position, passkeys planted where asked; its evidence gates like perple
 import math
 
 import pytest
-import torch
 
 from quantgate.conf.schema import GateConf
 from quantgate.tasks.evaluate.long_context import (
@@ -15,7 +14,9 @@ from quantgate.tasks.evaluate.long_context import (
     run_long_context,
 )
 from quantgate.tasks.gate.evidence import perplexity_checks
-from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
+from quantgate.tasks.model.load import load_tokenizer
+
+from factories import perturbed_copy
 
 
 def test_position_buckets_double():
@@ -41,14 +42,8 @@ def test_probe_scores_blocks_and_pairs_them_like_perplexity(tiny_model, tmp_path
     assert len(base.perplexity.requests) == 2 * 3 and base.perplexity.tokens == 2 * 95
     assert math.isfinite(base.perplexity.ppl) and len(base.passkeys) == 1
     assert read_long_context(str(tmp_path / "b.json")) == base
-    model = load_causal_lm(tiny_model)
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.model.layers.parameters():
-            p.add_(0.2 * torch.randn_like(p))
-    model.save_pretrained(tmp_path / "v")
-    load_tokenizer(tiny_model).save_pretrained(tmp_path / "v")
-    var = run_long_context(str(tmp_path / "v"), str(tmp_path / "v.json"), **kw)
+    variant = perturbed_copy(tiny_model, tmp_path / "v", 0.2)
+    var = run_long_context(str(variant), str(tmp_path / "v.json"), **kw)
     (check,) = perplexity_checks(base.perplexity, var.perplexity, GateConf(resamples=300), min_tokens=10**6,
                                  metric="long_ppl")
     assert check.metric == "long_ppl" and check.interval.n == 6

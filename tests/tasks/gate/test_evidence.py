@@ -3,15 +3,13 @@
 import dataclasses
 
 import pytest
-import torch
 
 from quantgate.conf.schema import GateConf
 from quantgate.tasks.evaluate.perplexity import evaluate_checkpoint, read_eval
 from quantgate.tasks.gate.evidence import perplexity_checks
-from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.traffic.load import load_traffic, write_requests
 
-from factories import mixed_records, write_traffic
+from factories import mixed_records, perturbed_copy, write_traffic
 
 
 @pytest.fixture(scope="module")
@@ -21,14 +19,7 @@ def evals(tiny_model, tmp_path_factory):
     requests = load_traffic(write_traffic(tmp / "t.jsonl", mixed_records(24, seed=3)), max_line_bytes=65536,
                             length_buckets=(200,)).requests
     write_requests(held, requests)
-    model = load_causal_lm(tiny_model)
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for p in model.model.layers.parameters():
-            p.add_(0.02 * torch.randn_like(p))
-    variant_dir = tmp / "variant"
-    model.save_pretrained(variant_dir)
-    load_tokenizer(tiny_model).save_pretrained(variant_dir)
+    variant_dir = perturbed_copy(tiny_model, tmp / "variant", 0.02)
 
     def run(path, name):
         return evaluate_checkpoint(str(path), str(held), str(tmp / name), window=64, batch_size=4)
