@@ -130,7 +130,7 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
     for name in ("baseline", "kv_fp8", "int4_gptq"):  # the long-context probe, on every screen survivor
         assert children[name].data.metrics["long.context"] == 96 and "long.ppl" in children[name].data.metrics
     assert (gptq.tags["gate.verdict"], gptq.tags["gate.stage"]) == ("pass", "bench")
-    assert gptq.tags["gate.decided_by"] in {"ppl", "kl", "lmeval.qg_facts_mc.acc",
+    assert gptq.tags["gate.decided_by"] in {"ppl", "kl", "long_ppl", "lmeval.qg_facts_mc.acc",
                                             "lmeval.qg_replay.token_f1"}
     assert 0 <= gptq.metrics["gate.kl.delta"] < 5  # next-token KL from the baseline was measured
     m = gptq.metrics
