@@ -100,11 +100,12 @@ def _screen(config: PipelineConfig, name: str, base_ppl: PrefectFuture[Any],
                                   min_slice_tokens=config.eval.min_slice_tokens)
 
 
-def _heartbeat(budgets: dict[str, float], pending: dict[Any, Any]) -> Any:
-    """Prints what runs, for how long, against which budget (2-bit methods), and how many wait."""
+def _heartbeat(budgets: dict[str, float], pending: dict[Any, Any], queued: list[Any] | None = None) -> Any:
+    """Prints what runs, for how long, against which budget (2-bit methods), and how many wait
+    (`queued`: quantizations held back until a CPU is free)."""
     def beat(running: dict[tuple[str, str], float]) -> None:
         now = time.time()
-        waiting = f"{len(pending) - len(running)} waiting for a CPU"
+        waiting = f"{len(pending) - len(running) + len(queued or [])} waiting for a CPU"
         if not running:  # the CPUs are busy with work submitted before these (the baseline's evaluations)
             print(f"      … {waiting} (earlier stages hold the CPUs)")
             return
@@ -115,27 +116,47 @@ def _heartbeat(budgets: dict[str, float], pending: dict[Any, Any]) -> Any:
     return beat
 
 
+def _local_cpus(config: PipelineConfig) -> int | None:
+    """The CPUs of the run's own Ray (None on a cluster: its scheduler decides)."""
+    return config.runtime.ray_num_cpus if config.runtime.ray_address == "local" else None
+
+
 def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelRef, traffic: PreparedTraffic,
                             state: str, base_ppl: PrefectFuture[Any]) -> list[VariantScores]:
     """Fan out one quantization per variant. As each finishes, its perplexity runs, then the
     perplexity screen (two looks when gate.screen_share < 1: a variant the first look rejects reads
     no more); its task evals start only if the screen did not reject it (gate.staged)."""
-    def submit(stage: str, name: str, future: PrefectFuture[Any]) -> None:
+    def submit(stage: str, name: str, future: PrefectFuture[Any], num_cpus: float) -> None:
         pending[future] = (stage, name)
+        cpus_of[future] = num_cpus
 
     def perplexity(name: str, look: str = "all") -> None:
         ckpt = quantized[name].checkpoint
         ppl[name] = _perplexity(config, name, ckpt, ckpt, traffic, base_ppl, look,
                                 ppl.get(name) if look == "rest" else None)
         stage = "first look" if look == "first" else "screen"
-        submit(stage, name, _screen(config, name, base_ppl, ppl[name]))
+        submit(stage, name, _screen(config, name, base_ppl, ppl[name]), config.eval.num_cpus)
+
+    def fill() -> None:
+        """Quantizations in conf order, each once its CPUs are free of other work (local Ray only)."""
+        while queue:
+            held = sum(cpus_of[f] for f in pending)  # a screen holds its perplexity's CPU
+            if pending and cpus is not None and held + queue[0].resources.num_cpus > cpus:
+                return
+            spec = queue.pop(0)
+            submit("quantize", spec.name, _quantize(config, spec, model, traffic, state),
+                   spec.resources.num_cpus)
 
     pending: dict[PrefectFuture[Any], tuple[str, str]] = {}
-    for spec in plan.runnable:
-        submit("quantize", spec.name, _quantize(config, spec, model, traffic, state))
+    cpus_of: dict[PrefectFuture[Any], float] = {}
+    # Ray does not run tasks in submission order across resource shapes: given every quantization
+    # at once, it ran the 2-bit ones before a survivor's, whose evaluations then ran alone at the
+    # end with one core idle. Holding quantizations back gives evaluations the next free CPU.
+    queue, cpus = list(plan.runnable), _local_cpus(config)
+    fill()
     quantized, ppl, tasks, longs, errors = {}, {}, {}, {}, dict(plan.skipped)
     budgets = {s.name: s.time_budget_s for s in plan.runnable if hasattr(s, "time_budget_s")}
-    for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(budgets, pending)):
+    for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(budgets, pending, queue)):
         result, err = outcome(fut)
         if err and stage in ("screen", "first look"):  # a failed perplexity fails its screen: the cause
             stage, err = "perplexity", outcome(ppl[name])[1] or err
@@ -156,9 +177,10 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
                 perplexity(name, "rest")
             else:
                 ckpt = quantized[name].checkpoint
-                submit("tasks", name, _tasks(config, name, ckpt, ckpt, traffic))
+                submit("tasks", name, _tasks(config, name, ckpt, ckpt, traffic), config.lmeval.num_cpus)
                 if config.long_context.enabled:
-                    submit("long context", name, _long(config, name, ckpt, ckpt))
+                    submit("long context", name, _long(config, name, ckpt, ckpt),
+                           config.long_context.num_cpus)
         elif stage == "long context":
             longs[name] = result
             print(f"      {name}: long context ({result.context} tokens) PPL {result.perplexity.ppl:.3f}, "
@@ -166,6 +188,7 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
         else:
             tasks[name] = result
             print(f"      {name}: task evals done in {result.seconds:.0f} s")
+        fill()
     return _scores(config, quantized, ppl, tasks, longs, errors)
 
 

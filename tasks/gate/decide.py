@@ -240,7 +240,9 @@ def _judge(v: VariantScores, vote: JudgeVote | None) -> tuple[bool | None, list[
         return True, ["judge did not run"] if v.lmeval is not None else []
     if not vote.counts:
         return True, [vote.note]
-    if j.decided < vote.min_decided or not j.swap_consistency >= vote.min_consistency:
+    # NaN consistency: a graded mode, with no order to swap; its decided count still has to reach
+    # the minimum.
+    if j.decided < vote.min_decided or j.swap_consistency < vote.min_consistency:
         return True, [f"judge inconclusive: {j.decided} decided pairs, swap consistency "
                       f"{j.swap_consistency:.2f} on this run's prompts"]
     if j.ci_high < vote.margin:

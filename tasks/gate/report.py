@@ -154,8 +154,9 @@ def judge_lines(variants: list[VariantScores], vote: JudgeVote | None) -> list[s
             lines.append(f"- {v.name}: {j.wins} wins, {j.ties} ties, {j.losses} losses over "
                          f"{j.decided} decided pairs of {j.pairs} ({j.identical} identical answers, "
                          f"{j.inconsistent} inconsistent across the position swap, {j.unparseable} "
-                         f"unparseable verdicts, {j.errors} endpoint errors); swap consistency "
-                         f"{j.swap_consistency:.2f}")
+                         f"unparseable verdicts, {j.errors} endpoint errors); "
+                         + ("graded alone, no order to swap" if math.isnan(j.swap_consistency)
+                            else f"swap consistency {j.swap_consistency:.2f}"))
     return lines
 
 

@@ -70,7 +70,9 @@ class JudgeSummary:
     unparseable: int  # judgments (2 per judged pair) without a valid JSON verdict
     errors: int  # judgments the endpoint never answered
     inconsistent: int  # judged pairs whose two text verdicts disagree
-    swap_consistency: float  # consistent / judged pairs with both verdicts parsed
+    # consistent / judged pairs with both verdicts parsed; NaN in the graded modes, which have no
+    # order to swap (each answer is graded alone), so there is nothing to be consistent across
+    swap_consistency: float
     win_or_tie: float
     ci_low: float
     ci_high: float
@@ -165,7 +167,7 @@ def summarize(judgments: list[PairJudgment], mode: str) -> JudgeSummary:
     outcomes = Counter(j.outcome for j in judgments if j.outcome is not None)
     decided = [j for j in judgments if j.outcome is not None]
     judged = [j for j in judgments if not j.identical]
-    both = [j for j in judged if None not in j.text]
+    both = [j for j in judged if None not in j.text] if mode not in GRADED_MODES else []
     wot = [1.0 if j.outcome in ("win", "tie") else 0.0 for j in decided]
     lo, hi = bootstrap_ci(wot)
     return JudgeSummary(

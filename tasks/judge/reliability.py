@@ -11,6 +11,7 @@ flip rate is the share of pairs the judge got right clean and not right planted.
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from dataclasses import asdict, dataclass, replace
@@ -34,7 +35,7 @@ class Reliability:
     pairs: int
     agreement: float  # outcome == label, over all pairs (undecided counts as wrong)
     decided_agreement: float  # over decided pairs only
-    swap_consistency: float
+    swap_consistency: float | None  # None in the graded modes (no order to swap)
     unparseable: int
     errors: int
     injection_pairs: int
@@ -115,7 +116,8 @@ def measure_reliability(endpoint: Chat, *, mode: str, tie_band: float, pairs: in
     result = Reliability(
         pairs=len(labelled), agreement=len(right) / len(labelled),
         decided_agreement=(sum(j.id in right for j in decided) / len(decided)) if decided else float("nan"),
-        swap_consistency=summary.swap_consistency, unparseable=summary.unparseable,
+        swap_consistency=None if math.isnan(summary.swap_consistency) else summary.swap_consistency,
+        unparseable=summary.unparseable,
         errors=summary.errors, injection_pairs=len(clean),
         injection_flip_rate=flips / len(clean) if clean else float("nan"),
         injection_wrong_rate=wrong / len(clean) if clean else float("nan"),
@@ -178,9 +180,15 @@ def judge_vote(conf: JudgeConf) -> JudgeVote:
     if rec.get("judge_sha256") != JUDGE_SHA256 or rec.get("judge_code") != judge_code_digest(conf.mode):
         return vote(False, "judge reliability was measured for another judge "
                          "model or prompt: advisory")
-    measured = (f"on {rec['pairs']} labelled pairs it decided {rec['swap_consistency']:.0%} "
-                f"(both orders agreeing) and {rec['decided_agreement']:.0%} of those rightly")
-    if rec["decided_agreement"] < conf.min_agreement or rec["swap_consistency"] < conf.min_consistency:
+    # Graded modes record no swap consistency (null): each answer is graded alone, in no order.
+    consistency = rec.get("swap_consistency")
+    decided = (f"it decided {consistency:.0%} (both orders agreeing)" if consistency is not None
+               else f"graded alone (no order), it decided {rec['agreement'] / rec['decided_agreement']:.0%}"
+               if rec["decided_agreement"] else "it decided none")
+    measured = (f"on {rec['pairs']} labelled pairs {decided} and {rec['decided_agreement']:.0%} "
+                "of those rightly")
+    if rec["decided_agreement"] < conf.min_agreement or (consistency is not None
+                                                         and consistency < conf.min_consistency):
         return vote(False, f"judge advisory: {measured}; needs "
                          f"{conf.min_agreement:.0%} right and {conf.min_consistency:.0%} decided")
     return vote(True, f"judge counts: {measured}")

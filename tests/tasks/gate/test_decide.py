@@ -218,6 +218,9 @@ def test_the_judge_counts_only_when_its_reliability_earns_a_vote(tmp_path):
     few = gate_variant(scores(tmp_path, w, "v", judge=_judge(0.0, 0.3, decided=4, consistency=0.14)), base,
                        GATE, **LIMITS, judge_vote=COUNTS)
     assert few.status == "pass" and few.notes[0].startswith("judge inconclusive: 4 decided")
+    # a graded judge (no order to swap, consistency NaN) that loses still rejects
+    graded = scores(tmp_path, w, "v", judge=_judge(0.1, 0.4, consistency=float("nan")))
+    assert gate_variant(graded, base, GATE, **LIMITS, judge_vote=COUNTS).status == "reject"
 
 
 def test_a_failed_variant_is_rejected_alone_and_a_skipped_one_is_inconclusive(tmp_path):

@@ -198,6 +198,7 @@ def test_graded_modes_score_each_answer_alone_and_compare_expected_scores(server
     assert [j.outcome for j in judged] == ["win", "loss", "tie"]
     assert judged[0].prob_margin == pytest.approx((4.7 - 1.6) / 4)
     assert summary.decided == 3 and summary.inconsistent == 0
+    assert math.isnan(summary.swap_consistency)  # graded alone: no order, nothing to swap
     # rubric: the grader never sees the other answer; reference: it sees it as the reference
     assert all("<<<REFERENCE>>>" not in body["messages"][1]["content"] for _, body in script.requests)
     script.replies = [_grader(lambda a, ref: by_answer[a] if ref is not None else {"3": 1.0})] * 2

@@ -48,6 +48,12 @@ def test_vote_follows_the_measured_reliability(record):
     assert judge_vote(JudgeConf(mode="rubric")).counts
     record(mode="rubric", judge_code=judge_code_digest("text"))
     assert not judge_vote(JudgeConf(mode="rubric")).counts
+    # a graded mode records no swap consistency: it is judged on agreement alone
+    record(mode="rubric", swap_consistency=None, agreement=0.9, decided_agreement=0.95)
+    vote = judge_vote(JudgeConf(mode="rubric"))
+    assert vote.counts and "graded alone" in vote.note
+    record(mode="rubric", swap_consistency=None, agreement=0.4, decided_agreement=0.4)
+    assert not judge_vote(JudgeConf(mode="rubric")).counts
 
 
 def test_labelled_pairs_are_balanced_and_right():
