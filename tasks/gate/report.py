@@ -66,7 +66,8 @@ def comparison_rows(
             rows.append((v.name, *["-"] * (len(HEADER) - 2), label))
             continue
         j = v.judge
-        judge_txt = f"{j.win_or_tie:.2f} [{j.ci_low:.2f}, {j.ci_high:.2f}] n={j.decided}" if j else "-"
+        judge_txt = ("-" if j is None else f"none decided of {j.pairs}" if not j.decided
+                     else f"{j.win_or_tie:.2f} [{j.ci_low:.2f}, {j.ci_high:.2f}] n={j.decided}")
         label = f"{verdict.status.upper()} ({verdict.decided_by})"
         if v.control:
             label = f"control, {label}"
