@@ -100,11 +100,21 @@ def _screen(config: PipelineConfig, name: str, base_ppl: PrefectFuture[Any],
                                   min_slice_tokens=config.eval.min_slice_tokens)
 
 
-def _heartbeat(budgets: dict[str, float], pending: dict[Any, Any], queued: list[Any] | None = None) -> Any:
+def _heartbeat(budgets: dict[str, float], pending: dict[Any, Any], queued: list[Any] | None = None,
+               ppl: dict[str, PrefectFuture[Any]] | None = None) -> Any:
     """Prints what runs, for how long, against which budget (2-bit methods), and how many wait
-    (`queued`: quantizations held back until a CPU is free)."""
+    (`queued`: quantizations held back until a CPU is free). A screen waits on its perplexity
+    (`ppl`), which runs as a task of its own: shown as running while it does."""
     def beat(running: dict[tuple[str, str], float]) -> None:
         now = time.time()
+        for stage, name in list(pending.values()):
+            if stage in ("first look", "screen") and name in (ppl or {}):
+                try:  # a state from the Prefect API: a progress line is not worth a failed run
+                    state = ppl[name].state  # type: ignore[index]
+                except Exception:  # noqa: BLE001
+                    continue
+                if state.is_running():
+                    running[("perplexity", name)] = state.timestamp.timestamp()
         waiting = f"{len(pending) - len(running) + len(queued or [])} waiting for a CPU"
         if not running:  # the CPUs are busy with work submitted before these (the baseline's evaluations)
             print(f"      … {waiting} (earlier stages hold the CPUs)")
@@ -156,7 +166,7 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
     fill()
     quantized, ppl, tasks, longs, errors = {}, {}, {}, {}, dict(plan.skipped)
     budgets = {s.name: s.time_budget_s for s in plan.runnable if hasattr(s, "time_budget_s")}
-    for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(budgets, pending, queue)):
+    for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(budgets, pending, queue, ppl)):
         result, err = outcome(fut)
         if err and stage in ("screen", "first look"):  # a failed perplexity fails its screen: the cause
             stage, err = "perplexity", outcome(ppl[name])[1] or err
