@@ -131,14 +131,32 @@ def _local_cpus(config: PipelineConfig) -> int | None:
     return config.runtime.ray_num_cpus if config.runtime.ray_address == "local" else None
 
 
+def _next_quantizations(queue: list[VariantSpec], cpus: int | None, held: float,
+                        busy: bool) -> list[VariantSpec]:
+    """Take from `queue`, in conf order, the quantizations whose CPUs are free (`held` of `cpus` are
+    taken; at least one when nothing runs). Ray does not run tasks in submission order across
+    resource shapes: given every quantization at once, it ran the 2-bit ones before a survivor's,
+    whose evaluations then ran alone at the end with a core idle. Held back here, quantizations
+    leave evaluations the next free CPU. `cpus` None (a cluster): all at once."""
+    taken = []
+    while queue and (cpus is None or not busy or held + queue[0].resources.num_cpus <= cpus):
+        taken.append(queue.pop(0))
+        held, busy = held + taken[-1].resources.num_cpus, True
+    return taken
+
+
 def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelRef, traffic: PreparedTraffic,
                             state: str, base_ppl: PrefectFuture[Any]) -> list[VariantScores]:
-    """Fan out one quantization per variant. As each finishes, its perplexity runs, then the
-    perplexity screen (two looks when gate.screen_share < 1: a variant the first look rejects reads
-    no more); its task evals start only if the screen did not reject it (gate.staged)."""
+    """One quantization per variant, each then perplexity and its screen (two looks when screen_share
+    < 1: a first-look reject reads no more), then task evals unless rejected (gate.staged)."""
     def submit(stage: str, name: str, future: PrefectFuture[Any], num_cpus: float) -> None:
         pending[future] = (stage, name)
         cpus_of[future] = num_cpus
+
+    def fill() -> None:
+        for spec in _next_quantizations(queue, cpus, sum(cpus_of[f] for f in pending), bool(pending)):
+            submit("quantize", spec.name, _quantize(config, spec, model, traffic, state),
+                   spec.resources.num_cpus)
 
     def perplexity(name: str, look: str = "all") -> None:
         ckpt = quantized[name].checkpoint
@@ -147,21 +165,8 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
         stage = "first look" if look == "first" else "screen"
         submit(stage, name, _screen(config, name, base_ppl, ppl[name]), config.eval.num_cpus)
 
-    def fill() -> None:
-        """Quantizations in conf order, each once its CPUs are free of other work (local Ray only)."""
-        while queue:
-            held = sum(cpus_of[f] for f in pending)  # a screen holds its perplexity's CPU
-            if pending and cpus is not None and held + queue[0].resources.num_cpus > cpus:
-                return
-            spec = queue.pop(0)
-            submit("quantize", spec.name, _quantize(config, spec, model, traffic, state),
-                   spec.resources.num_cpus)
-
     pending: dict[PrefectFuture[Any], tuple[str, str]] = {}
-    cpus_of: dict[PrefectFuture[Any], float] = {}
-    # Ray does not run tasks in submission order across resource shapes: given every quantization
-    # at once, it ran the 2-bit ones before a survivor's, whose evaluations then ran alone at the
-    # end with one core idle. Holding quantizations back gives evaluations the next free CPU.
+    cpus_of: dict[PrefectFuture[Any], float] = {}  # a screen holds its perplexity's CPU
     queue, cpus = list(plan.runnable), _local_cpus(config)
     fill()
     quantized, ppl, tasks, longs, errors = {}, {}, {}, {}, dict(plan.skipped)
