@@ -146,3 +146,12 @@ def test_end_to_end_finetuning_lowers_the_heldout_kl(model96, quantized, calibra
     assert report.kl_after < 0.95 * report.kl_before, report
     assert not torch.equal(student.model.layers[0].mlp.down_proj.SU, su_before.float())  # signs relaxed
     assert all(not p.requires_grad for p in student.parameters())
+
+    # A budget that the first held-out check already spends: no step, no second check, the input
+    # parameters back untouched (the check's own cost is kept out of the training time).
+    late = load_codebook_model(quantized["quip_sharp_2bit"], materialize=False)
+    sv = late.model.layers[0].self_attn.q_proj.SV.clone()
+    report = finetune_end_to_end(late, teacher, batches, deadline=time.monotonic(), epochs=3, heldout=2)
+    assert (report.steps, report.epochs, report.stopped_by) == (0, 1, "deadline")
+    assert report.kl_after == report.kl_before
+    assert torch.equal(late.model.layers[0].self_attn.q_proj.SV, sv.float())
