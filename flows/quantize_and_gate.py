@@ -232,7 +232,11 @@ def _judge(config: PipelineConfig, state: str, baseline: VariantScores, variants
     print(f"[5/7] judging {len(judged)} variants (pairwise, both orders, ≤ {config.judge.max_pairs} "
           "prompts each)")
     try:
+        started = time.time()
         with judge_endpoint(config.judge, state) as endpoint:
+            # the server's start and the first judgments can outlast one heartbeat: say it is up
+            print(f"      judge up in {time.time() - started:.0f} s; ≤ {2 * config.judge.max_pairs} "
+                  "judgments per variant, the identical answers skipped")
             with remote_options(num_cpus=0):  # they wait on the judge: no CPU of their own
                 futures = {v.name: judge_task.submit(
                     variant=v.name, baseline_samples=baseline.lmeval.samples_path,

@@ -94,6 +94,7 @@ def test_run_prints_table_and_addresses(first_run):
     assert "fp8_on_ampere: none" in out and "skipped by the planner" in out
     assert "fp8_w8a8: none" in out and "control, measured anyway" in out
     assert "[6/7] bench: 5 models" in out  # baseline + the four variants that quantized
+    assert re.search(r"\[5/7\] judging \d variants.*\n.*judge up in \d+ s", out), out[-3000:]
     assert "MLflow:  sqlite:///" in out and "Prefect: flow run" in out
     passed = r"int4_gptq: perplexity screen: pass \((ppl|kl)\): every gating metric"
     assert re.search(passed, out), out[-3000:]
