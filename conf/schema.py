@@ -21,6 +21,7 @@ from quantgate.conf.base import Strict
 from quantgate.conf.evals.catalogue import local_tasks, unknown_tasks
 from quantgate.conf.hardware import load_profiles
 from quantgate.conf.methods import VariantSpec
+from quantgate.conf.rollout import RolloutConf
 
 
 class ModelConf(Strict):
@@ -317,6 +318,7 @@ class PipelineConfig(Strict):
     bench: BenchConf = BenchConf()
     plan: PlanConf = PlanConf()
     gate: GateConf = GateConf()
+    rollout: RolloutConf = RolloutConf()
     runtime: RuntimeConf = RuntimeConf()
 
     @model_validator(mode="after")

@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 from quantgate.tasks.gate.decide import GateDecision, VariantScores
 from quantgate.tasks.perf.bench import BenchReport
 from quantgate.tasks.registry.aliases import move_alias, register_version
+from quantgate.tasks.registry.champion import ensure_champion
 from quantgate.tasks.registry.tracking import (
     ensure_experiment,
     find_run,
@@ -120,8 +121,10 @@ def publish_run(inp: PublishInputs, *, baseline: VariantScores, variants: list[V
             client.set_model_version_tag(inp.registered_model, registered[v.name], "variant", v.name)
             client.set_model_version_tag(inp.registered_model, registered[v.name], "gate.verdict",
                                          verdict.status)
+    if baseline.checkpoint is not None:  # the first run of a model: its baseline serves as champion
+        ensure_champion(client, inp.registered_model, children["baseline"], baseline.checkpoint)
     canary = registered.get(decision.winner) if decision.winner else None
-    if canary is not None:
+    if canary is not None and not finished:  # once: a rollout may have removed it since
         move_alias(client, inp.registered_model, "canary", canary,
                    reason=f"offline gate winner {decision.winner} (run {pid})")
     if not finished:

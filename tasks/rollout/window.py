@@ -1,0 +1,111 @@
+"""One analysis window: replay held-out traffic at the step's weight, wait for the mirrored requests,
+then measure every metric on what the router recorded.
+
+The router's request log is the window's record (it sees routed and mirrored requests alike, with
+the replica's own service times); the replayer's count says what was sent, so a request the log
+lacks is counted as lost, never ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from quantgate.conf.rollout import RolloutConf
+from quantgate.tasks.judge.client import Chat
+from quantgate.tasks.judge.pairwise import Pair, judge_pairs
+from quantgate.tasks.rollout import analysis
+from quantgate.tasks.rollout.analysis import Measurement
+from quantgate.tasks.serving.replayer import replay
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    sent: int
+    statuses: dict[str, int]
+    wall_s: float
+    started_at: float
+    measurements: list[Measurement]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sent": self.sent, "statuses": self.statuses, "wall_s": self.wall_s,
+                "started_at": self.started_at, "measurements": [m.to_dict() for m in self.measurements]}
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line being written right now: read next time
+    return out
+
+
+def _wait_for_mirrors(base_url: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{base_url}/quantgate/routing", timeout=5).json().get("mirrors_in_flight", 0) == 0:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+
+
+def _judge_new_pairs(log_dir: Path, since: float, judge: Chat, conf: RolloutConf, mode: str,
+                     tie_band: float) -> list[str]:
+    """Judge this window's mirrored pairs (at most judge_max_pairs_per_step); every outcome so far."""
+    done_path = log_dir / "judged.jsonl"
+    done = {r["id"]: r["outcome"] for r in read_jsonl(done_path)}
+    new = [r for r in read_jsonl(log_dir / "mirror.jsonl") if r["t"] >= since and r["id"] not in done]
+    new = new[: conf.analysis.judge_max_pairs_per_step]
+    pairs = [Pair(r["id"], r["request"], candidate=r["canary"], baseline=r["champion"]) for r in new]
+    if pairs:
+        _, judged = judge_pairs(judge, pairs, mode=mode, tie_band=tie_band)
+        with done_path.open("a", encoding="utf-8") as f:
+            for j in judged:
+                f.write(json.dumps({"id": j.id, "outcome": j.outcome or "undecided",
+                                    "identical": j.identical}) + "\n")
+                done[j.id] = j.outcome or "undecided"
+    return list(done.values())
+
+
+def run_window(*, base_url: str, model_name: str, prompts: list[list[dict[str, str]]], weight: float,
+               step_index: int, conf: RolloutConf, log_dir: str, judge: Chat | None, judge_mode: str = "text",
+               judge_tie_band: float = 0.1, api_key: str | None = None) -> WindowResult:
+    folder, a = Path(log_dir), conf.analysis
+    n = min(conf.window_max_requests, math.ceil(conf.window_canary_requests / max(weight, 1e-9)))
+    started = time.time()
+    sent = replay(base_url, prompts, model=model_name, rate_per_s=conf.replay_rate_per_s,
+                  concurrency=conf.replay_concurrency, max_requests=n, max_s=conf.window_max_s,
+                  max_tokens=conf.replay_max_tokens, api_key=api_key)
+    _wait_for_mirrors(base_url)
+    records = read_jsonl(folder / "requests.jsonl")
+    window = [r for r in records if r["t"] >= started]
+    earlier = [r for r in records if r["t"] < started]
+    alpha_look = a.alpha / len(conf.steps)
+    measurements = [
+        analysis.error_rate(records, a),
+        analysis.rank_test("latency", "total_s", window, earlier, a.latency_tolerance, alpha_look,
+                           a.min_latency_samples),
+        analysis.rank_test("tpot", "tpot_s", window, earlier, a.tpot_tolerance, alpha_look,
+                           a.min_latency_samples),
+    ]
+    if judge is not None:
+        try:
+            outcomes = _judge_new_pairs(folder, started, judge, conf, judge_mode, judge_tie_band)
+            measurements.append(analysis.judge_pairs(outcomes, a))
+        except Exception as exc:  # the judge down is an error measurement, not a crash of the rollout
+            measurements.append(Measurement("judge", "error", f"{type(exc).__name__}: {str(exc)[:300]}"))
+    lost = len(sent.sent) - sum(1 for r in window if not r.get("mirror"))
+    statuses = sent.statuses | ({"unrecorded": lost} if lost > 0 else {})
+    return WindowResult(len(sent.sent), statuses, sent.wall_s, started, measurements)

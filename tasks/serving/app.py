@@ -1,0 +1,123 @@
+"""The serving application: `champion` and (during a rollout) `canary` model deployments behind the
+weighted router, on Ray Serve's proxy at 127.0.0.1.
+
+`deploy` is declarative: the same spec deployed again changes nothing that runs; a spec that differs
+only in the router's weight or the canary's faults is a light in-place update (user_config), so a
+weight step never reloads a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+from ray import serve
+
+from quantgate.tasks.runtime.digest import source_digest
+from quantgate.tasks.serving import generation, protocol, replica, router
+from quantgate.tasks.serving.replica import ModelReplica
+from quantgate.tasks.serving.router import Router
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    model_uri: str  # what the alias resolved to, e.g. models:/smollm2@champion
+    version: str
+    path: str  # the version's checkpoint on this machine
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    app_name: str
+    model_names: tuple[str, ...]  # what clients may put in "model"
+    log_dir: str
+    champion: ArmSpec
+    canary: ArmSpec | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    replica_cpus: float = 0.5  # fractional: champion, canary and router share 2 cores
+    router_cpus: float = 0.1
+    threads: int = 1
+    dtype: str = "float32"
+    api_key_env: str | None = None
+    default_max_tokens: int = 64
+    max_tokens: int = 512
+    max_prompt_chars: int = 16_000
+    canary_replicas: int = 1
+    champion_replicas: int = 1
+    canary_faults: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def _version(*parts: Any) -> str:
+    """A deployment version that changes only with the code or the init arguments. `serve.run` gives
+    every deployment a random version otherwise, and a random version restarts every replica (the
+    model reloads, ~18 s here) on a weight change that should be a light user_config update.
+    (`version` is internal in `.options()` since Ray 2.x; config-file deploys hash it the same way.)"""
+    return source_digest(sys.modules[__name__], replica, router, generation, protocol) + "-" + hashlib.sha256(
+        json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _arm(spec: ServingSpec, role: str, arm: ArmSpec, replicas: int, faults: dict[str, float]) -> Any:
+    args = (role, arm.model_uri, arm.version, arm.path, spec.threads, spec.dtype)
+    return ModelReplica.options(
+        name=role, num_replicas=replicas, user_config={"faults": faults},
+        version=_version(args, spec.replica_cpus), _internal=True,
+        ray_actor_options={"num_cpus": spec.replica_cpus,
+                           "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(spec.threads)}}},
+    ).bind(*args)
+
+
+def build(spec: ServingSpec, *, weight: float, mirror_share: float) -> Any:
+    champion = _arm(spec, "champion", spec.champion, spec.champion_replicas, {})
+    canary = (_arm(spec, "canary", spec.canary, spec.canary_replicas, spec.canary_faults)
+              if spec.canary is not None else None)
+    settings = {k: v for k, v in asdict(spec).items()
+                if k in ("log_dir", "api_key_env", "default_max_tokens", "max_tokens", "max_prompt_chars")}
+    settings["model_names"] = list(spec.model_names)
+    return Router.options(
+        user_config={"canary_weight": weight if canary is not None else 0.0, "mirror_share": mirror_share},
+        ray_actor_options={"num_cpus": spec.router_cpus},
+        version=_version(settings, spec.champion, spec.canary, spec.router_cpus), _internal=True,
+    ).bind(champion, canary, settings)
+
+
+def deploy(spec: ServingSpec, *, weight: float = 0.0, mirror_share: float = 0.0,
+           timeout_s: float = 300) -> str:
+    """Deploy (or update) the app and wait until it answers; returns its base URL."""
+    if spec.host not in ("127.0.0.1", "localhost", "::1"):
+        raise ValueError(f"serving.host {spec.host!r}: this server binds loopback only")
+    serve.start(http_options={"host": spec.host, "port": spec.port}, detached=False)
+    serve.run(build(spec, weight=weight, mirror_share=mirror_share), name=spec.app_name,
+              route_prefix="/", blocking=False)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = serve.status().applications.get(spec.app_name)
+        if status is not None and status.status == "RUNNING":
+            if _answers(spec, weight if spec.canary is not None else 0.0):
+                return spec.base_url
+        elif status is not None and status.status in ("DEPLOY_FAILED", "UNHEALTHY"):
+            raise RuntimeError(f"serving app {spec.app_name}: {status.status}: {status.message[-2000:]}")
+        time.sleep(0.5)
+    raise TimeoutError(f"serving app {spec.app_name} not running after {timeout_s:.0f} s")
+
+
+def _answers(spec: ServingSpec, weight: float) -> bool:
+    """The router answers, with the weight asked for (a light update has reached it)."""
+    try:
+        r = httpx.get(f"{spec.base_url}/quantgate/routing", timeout=5)
+        return r.status_code == 200 and abs(r.json()["canary_weight"] - weight) < 1e-9
+    except httpx.HTTPError:
+        return False
+
+
+def shutdown(app_name: str) -> None:
+    serve.delete(app_name)

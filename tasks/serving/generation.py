@@ -1,0 +1,149 @@
+"""One model's text generation for serving: the checkpoint on its fastest faithful CPU path, token
+by token with a KV cache, so a replica can stream and time each token (TTFT, TPOT).
+
+`Faults` makes a canary misbehave on purpose for drills and tests (`quantgate rollout --inject`):
+a share of requests fails, every request waits longer before its first token, or a share of answers
+is replaced by random tokens of the same length (what a broken quantization looks like to a user).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from quantgate.tasks.model.fast_cpu import load_for_speed
+from quantgate.tasks.model.load import load_tokenizer
+from quantgate.tasks.serving.protocol import Prompt
+
+
+class InjectedFault(RuntimeError):
+    """A failure a drill asked for: served as a 500, like any replica error."""
+
+
+@dataclass(frozen=True)
+class Faults:
+    errors: float = 0.0  # share of requests that fail
+    latency_ms: float = 0.0  # added before the first token of every request
+    garbage: float = 0.0  # share of answers replaced by random tokens
+
+    @classmethod
+    def parse(cls, specs: list[str] | tuple[str, ...]) -> Faults:
+        """From `errors=0.2`, `latency_ms=500`, `garbage=0.3`; the error names the bad spec."""
+        values: dict[str, float] = {}
+        for spec in specs:
+            key, _, value = spec.partition("=")
+            if key not in cls.__dataclass_fields__ or not value:
+                raise ValueError(f"--inject {spec!r}: expected one of errors=, latency_ms=, garbage=")
+            try:
+                values[key] = float(value)
+            except ValueError:
+                raise ValueError(f"--inject {spec!r}: {value!r} is not a number") from None
+            if values[key] < 0 or (key != "latency_ms" and values[key] > 1):
+                raise ValueError(f"--inject {spec!r}: out of range")
+        return cls(**values)
+
+    def active(self) -> bool:
+        return bool(self.errors or self.latency_ms or self.garbage)
+
+
+@dataclass
+class Token:
+    text: str  # the text this token adds (may be "" while a UTF-8 character is incomplete)
+    at: float  # perf_counter when it was produced
+
+
+@dataclass
+class Generation:
+    tokens: list[Token] = field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    started_at: float | None = None  # when this request got the replica (queueing excluded)
+    first_token_at: float | None = None
+    finish: str = "length"
+
+
+class Generator:
+    """Loads once; `stream` yields tokens. One generation at a time per replica (a lock): on a CPU
+    replica with one thread, interleaving requests only makes each one slower."""
+
+    def __init__(self, path: str, *, threads: int = 1, dtype: str = "float32", seed: int = 0) -> None:
+        torch.set_num_threads(threads)
+        self.model, self.path_desc = load_for_speed(path, dtype)
+        self.tok = load_tokenizer(path)
+        self.eos = {i for i in (self.tok.eos_token_id, getattr(self.model.config, "eos_token_id", None))
+                    if isinstance(i, int)}
+        self.lock = threading.Lock()
+        self.rng = random.Random(seed)
+        self.faults = Faults()
+
+    def _input_ids(self, p: Prompt) -> torch.Tensor:
+        if p.messages is not None:
+            ids = self.tok.apply_chat_template(p.messages, add_generation_prompt=True, return_dict=False)
+            ids = ids["input_ids"] if isinstance(ids, dict) else ids
+        else:
+            ids = self.tok(p.text)["input_ids"]
+        return torch.tensor([list(ids)], dtype=torch.long)
+
+    def _pick(self, logits: torch.Tensor, p: Prompt, gen: torch.Generator) -> int:
+        if p.temperature == 0:
+            return int(logits.argmax())
+        probs = torch.softmax(logits.float() / p.temperature, dim=-1)
+        if p.top_p < 1:
+            sorted_p, order = probs.sort(descending=True)
+            keep = sorted_p.cumsum(0) - sorted_p < p.top_p
+            probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
+        return int(torch.multinomial(probs, 1, generator=gen))
+
+    def stream(self, p: Prompt, out: Generation) -> Iterator[Token]:
+        with self.lock:
+            out.started_at = time.perf_counter()
+            fail, garble = self.rng.random() < self.faults.errors, self.rng.random() < self.faults.garbage
+            if self.faults.latency_ms:
+                time.sleep(self.faults.latency_ms / 1000)
+            if fail:
+                raise InjectedFault("injected fault (drill): this request fails on purpose")
+            yield from self._decode(p, out, garble)
+
+    def _decode(self, p: Prompt, out: Generation, garble: bool) -> Iterator[Token]:
+        ids = self._input_ids(p)
+        out.prompt_tokens = ids.shape[1]
+        gen = torch.Generator().manual_seed(p.seed if p.seed is not None else self.rng.randrange(2**31))
+        produced: list[int] = []
+        text = ""
+        past: Any = None
+        step = ids
+        with torch.inference_mode():
+            for _ in range(p.max_tokens):
+                res = self.model(input_ids=step, past_key_values=past, use_cache=True)
+                past = res.past_key_values
+                nxt = self._pick(res.logits[0, -1], p, gen)
+                if nxt in self.eos:
+                    out.finish = "stop"
+                    break
+                if garble:  # a random token of the vocabulary in place of the model's
+                    nxt = int(torch.randint(len(self.tok), (1,), generator=gen))
+                produced.append(nxt)
+                out.completion_tokens += 1
+                out.first_token_at = out.first_token_at or time.perf_counter()
+                step = torch.tensor([[nxt]], dtype=torch.long)
+                full = self.tok.decode(produced, skip_special_tokens=True)
+                if full.endswith("\ufffd"):  # half of a multi-byte character: wait for the rest
+                    continue
+                delta, text = full[len(text):], full
+                hit = min((i for s in p.stop if (i := text.find(s)) >= 0), default=-1)
+                if hit >= 0:
+                    cut = delta[: max(0, len(delta) - (len(text) - hit))]
+                    token = Token(cut, time.perf_counter())
+                    out.tokens.append(token)
+                    yield token
+                    out.finish = "stop"
+                    return
+                token = Token(delta, time.perf_counter())
+                out.tokens.append(token)
+                yield token

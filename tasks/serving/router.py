@@ -1,0 +1,187 @@
+"""The ingress: an OpenAI-compatible API that sends each request to `champion` or `canary` by weight.
+
+The weight and the mirror share live in this deployment's `user_config`: the rollout changes them
+with a light in-place update (`reconfigure`), every router replica gets the same value, and a
+replica the controller restarts starts from it, never from a default in its own memory.
+
+A mirrored request (a share of those routed to the canary) is also sent to the champion once the
+canary has answered; the user gets the canary's answer, both go to the mirror log for the judge.
+Every request, routed or mirrored, is one line in the request log (the window the rollout analyses),
+every text field redacted before it is written.
+"""
+
+
+import asyncio
+import hmac
+import json
+import os
+import random
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from quantgate.tasks.serving.protocol import (
+    ApiError,
+    Prompt,
+    chunk_body,
+    completion_body,
+    parse_request,
+    to_prompt,
+)
+from quantgate.tasks.traffic.redact import redact
+
+api = FastAPI(title="quantgate serving", docs_url=None, redoc_url=None)
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as f:  # one write per line: lines from replicas never mix
+        f.write(json.dumps(record) + "\n")
+
+
+def _sse(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj)}\n\n"
+
+
+def _prompt_text(p: Prompt) -> str:
+    return redact(p.text if p.messages is None else "\n".join(m["content"] for m in p.messages)).text
+
+
+@serve.deployment(max_ongoing_requests=64, graceful_shutdown_timeout_s=5)
+@serve.ingress(api)
+class Router:
+    def __init__(self, champion: DeploymentHandle, canary: DeploymentHandle | None, settings: dict) -> None:
+        self.arms = {"champion": champion, **({"canary": canary} if canary is not None else {})}
+        self.s = settings
+        self.log_dir = Path(settings["log_dir"])
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.weight, self.mirror_share = 0.0, 0.0
+        self.rng = random.Random()
+        self.background: set[asyncio.Task] = set()
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        self.weight = float(config.get("canary_weight", 0.0)) if "canary" in self.arms else 0.0
+        self.mirror_share = float(config.get("mirror_share", 0.0))
+
+    def _authorize(self, request: Request) -> None:
+        key = os.environ.get(self.s["api_key_env"] or "", "") if self.s.get("api_key_env") else ""
+        if key:
+            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(given.encode(), key.encode()):
+                raise ApiError(401, "missing or wrong API key", type="authentication_error",
+                               code="invalid_api_key")
+
+    def _log(self, arm: str, p: Prompt, request_id: str, status: int, result: dict | None,
+             error: str | None, mirror: bool, started: float) -> None:
+        rec = {"id": request_id, "t": time.time(), "arm": arm, "mirror": mirror, "status": status,
+               "error": error, "weight": self.weight, "e2e_s": time.perf_counter() - started}
+        if result:
+            rec |= {k: result[k] for k in ("total_s", "queue_s", "ttft_s", "tpot_s", "completion_tokens",
+                                           "prompt_tokens")}
+        _append(self.log_dir / "requests.jsonl", rec)
+
+    async def _mirror(self, p: Prompt, request_id: str, canary_text: str) -> None:
+        started, result, error = time.perf_counter(), None, None
+        try:
+            result = await self.arms["champion"].generate.remote(p)
+        except Exception as exc:  # a mirror failure is recorded, never the user's problem
+            error = f"{type(exc).__name__}: {str(exc)[:200]}"
+        self._log("champion", p, request_id, 500 if error else 200, result, error, True, started)
+        if result is not None:
+            _append(self.log_dir / "mirror.jsonl", {
+                "id": request_id, "t": time.time(), "request": _prompt_text(p),
+                "canary": redact(canary_text).text, "champion": redact(result["text"]).text})
+
+    def _after_canary(self, arm: str, p: Prompt, request_id: str, text: str) -> None:
+        if arm == "canary" and self.rng.random() < self.mirror_share:
+            task = asyncio.get_running_loop().create_task(self._mirror(p, request_id, text))
+            self.background.add(task)
+            task.add_done_callback(self.background.discard)
+
+    async def _handle(self, request: Request, kind: str) -> Any:
+        started, request_id = time.perf_counter(), uuid.uuid4().hex
+        try:
+            self._authorize(request)
+            req = parse_request(await request.body(), kind)  # type: ignore[arg-type]
+            if req.model not in self.s["model_names"]:
+                raise ApiError(404, f"model {req.model!r} does not exist; this server has "
+                               f"{sorted(self.s['model_names'])}", param="model", code="model_not_found")
+            p = to_prompt(req, default_max_tokens=self.s["default_max_tokens"],
+                          max_max_tokens=self.s["max_tokens"], max_prompt_chars=self.s["max_prompt_chars"])
+        except ApiError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status)
+        arm = "canary" if self.rng.random() < self.weight else "champion"
+        headers = {"x-quantgate-arm": arm, "x-request-id": request_id}
+        if req.stream:
+            return await self._stream(arm, p, req.model, request_id, started, headers)
+        try:
+            result = await self.arms[arm].generate.remote(p)
+        except Exception as exc:
+            self._log(arm, p, request_id, 500, None, type(exc).__name__, False, started)
+            return JSONResponse(ApiError(500, f"the {arm} replica failed: {str(exc)[-300:]}",
+                                         type="server_error").body(), status_code=500, headers=headers)
+        self._log(arm, p, request_id, 200, result, None, False, started)
+        self._after_canary(arm, p, request_id, result["text"])
+        body = completion_body(kind, req.model, result["text"], result["finish"], result["prompt_tokens"],
+                               result["completion_tokens"])
+        return JSONResponse(body, headers=headers)
+
+    async def _stream(self, arm: str, p: Prompt, model: str, request_id: str, started: float,
+                      headers: dict[str, str]) -> Any:
+        gen = self.arms[arm].options(stream=True).stream.remote(p)
+        try:  # the first item before the 200: a replica that fails at once gets a proper 500
+            first = await gen.__anext__()
+        except Exception as exc:
+            self._log(arm, p, request_id, 500, None, type(exc).__name__, False, started)
+            return JSONResponse(ApiError(500, f"the {arm} replica failed: {str(exc)[-300:]}",
+                                         type="server_error").body(), status_code=500, headers=headers)
+        chunk_id = f"{'chatcmpl' if p.kind == 'chat' else 'cmpl'}-{request_id}"
+
+        async def events():
+            parts, item, error = [], first, None
+            try:
+                while True:
+                    if "done" in item:
+                        done = item["done"]
+                        yield _sse(chunk_body(p.kind, model, chunk_id, None, done["finish"], False))
+                        break
+                    parts.append(item["delta"])
+                    yield _sse(chunk_body(p.kind, model, chunk_id, item["delta"], None, len(parts) == 1))
+                    item = await gen.__anext__()
+            except Exception as exc:  # after the 200: the error travels as an event, then [DONE]
+                error = f"{type(exc).__name__}: {str(exc)[-300:]}"
+                yield _sse(ApiError(500, f"the {arm} replica failed mid-stream", type="server_error").body())
+            yield "data: [DONE]\n\n"
+            self._log(arm, p, request_id, 500 if error else 200, None if error else done, error, False,
+                      started)
+            if not error:
+                self._after_canary(arm, p, request_id, "".join(parts))
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
+
+    @api.post("/v1/chat/completions")
+    async def chat(self, request: Request) -> Any:
+        return await self._handle(request, "chat")
+
+    @api.post("/v1/completions")
+    async def completions(self, request: Request) -> Any:
+        return await self._handle(request, "completion")
+
+    @api.get("/v1/models")
+    async def models(self, request: Request) -> Any:
+        try:
+            self._authorize(request)
+        except ApiError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status)
+        return {"object": "list", "data": [{"id": n, "object": "model", "created": 0, "owned_by": "quantgate"}
+                                           for n in sorted(self.s["model_names"])]}
+
+    @api.get("/quantgate/routing")
+    async def routing(self) -> dict[str, Any]:
+        return {"canary_weight": self.weight, "mirror_share": self.mirror_share, "arms": sorted(self.arms),
+                "mirrors_in_flight": len(self.background)}
