@@ -77,7 +77,9 @@ class RolloutConf(Strict):
         default=1, description="inconclusive windows repeated at the same weight before pausing")
     consecutive_error_limit: Annotated[int, Field(ge=0)] = 4
     pause_timeout_s: Annotated[float, Field(gt=0)] = 3600
-    on_pause_timeout: Literal["rollback", "promote"] = "rollback"
+    on_pause_timeout: Literal["rollback", "promote", "leave_paused"] = Field(
+        default="rollback", description="no answer within pause_timeout_s; leave_paused: the run ends paused "
+        "(exit 4) and `quantgate promote|rollback|rollout` decide later")
     on_resume: Literal["resume", "rollback"] = Field(
         default="resume", description="a rollout found unfinished (its process died): resume from its "
         "last recorded step, or roll it back")

@@ -5,6 +5,8 @@
     quantgate bench [--config FILE] [--batch 1,8] [--checkpoint NAME=DIR ...]  # speed, energy
     quantgate validate [--config FILE]
     quantgate ui [--config FILE]      # Prefect UI + MLflow UI over the run state
+    quantgate rollout [--variant NAME] [--run ID] [--inject errors=0.2]  # canary on Ray Serve
+    quantgate promote | rollback | status [--run ID]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from quantgate.conf.load import ConfigError, load_config
 from quantgate.conf.schema import PipelineConfig
 from quantgate.flows.bench_cli import add_parser as add_bench_parser
+from quantgate.flows.rollout_cli import add_parsers as add_rollout_parsers
 from quantgate.tasks.runtime.child_process import free_port
 from quantgate.tasks.runtime.servers import configure_process_env, port_free, prefect_server, ray_cluster
 from quantgate.tasks.runtime.stop import install_stop_handlers, stop_requested, stop_signal
@@ -36,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--cron", required=True, help='schedule, e.g. "0 3 * * *" (03:00 daily)')
     serve.add_argument("--name", default="scheduled", help="deployment name")
     add_bench_parser(sub)
+    add_rollout_parsers(sub)
     val = sub.add_parser("validate", help="load and validate a config, print it")
     val.add_argument("--config", type=Path)
     ui = sub.add_parser("ui", help="serve the Prefect and MLflow UIs over past runs")
@@ -73,6 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         from quantgate.flows.bench_cli import run_bench_cli
 
         return run_bench_cli(args, config, state)
+    if args.command == "rollout":
+        from quantgate.flows.rollout_cli import run_rollout
+
+        return run_rollout(args, config, state, env)
+    if args.command in ("promote", "rollback", "status"):
+        from quantgate.flows.rollout_cli import run_manual
+
+        return run_manual(args, config)
     if args.command == "serve":
         return _serve_schedule(config, state, env, cron=args.cron, name=args.name)
     return _run(config, state, env)

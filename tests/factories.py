@@ -154,3 +154,55 @@ def perturbed_copy(model_dir: str, out: Path, scale: float, seed: int = 0) -> Pa
     model.save_pretrained(out)
     load_tokenizer(model_dir).save_pretrained(out)
     return out
+
+
+def rollout_state(tmp: Path, baseline: str, variants: dict[str, tuple[str, str]], *,
+                  rollout: dict[str, Any] | None = None, port: int | None = None) -> Path:
+    """A state dir as a finished `quantgate run` leaves it for the canary, built without running the
+    pipeline: MLflow (SQLite) with the baseline registered as `champion` and each variant
+    (name -> (checkpoint, gate verdict)) as a version, the run record, held-out traffic. Returns the
+    config YAML that points at it (tiny windows: the tests' rollouts take seconds per step)."""
+    import uuid
+
+    import yaml
+    from mlflow.tracking import MlflowClient
+
+    from quantgate.tasks.registry.aliases import register_version
+    from quantgate.tasks.registry.champion import ensure_champion
+    from quantgate.tasks.runtime.child_process import free_port
+    from quantgate.tasks.traffic.load import load_traffic, write_requests
+
+    state = tmp / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    client = MlflowClient(tracking_uri=f"sqlite:///{state / 'mlflow.db'}")
+    exp = client.create_experiment("tiny", artifact_location=(state / "mlartifacts").resolve().as_uri())
+    parent = client.create_run(exp, run_name="quantize_and_gate").info.run_id
+    base_run = client.create_run(exp, run_name="baseline", tags={"mlflow.parentRunId": parent}).info.run_id
+    ensure_champion(client, "tiny", base_run, baseline)
+    registered = {}
+    for name, (path, verdict) in variants.items():
+        rid = client.create_run(exp, run_name=name, tags={"mlflow.parentRunId": parent}).info.run_id
+        registered[name] = register_version(client, "tiny", rid, path)
+        client.set_model_version_tag("tiny", registered[name], "variant", name)
+        client.set_model_version_tag("tiny", registered[name], "gate.verdict", verdict)
+    reqs = load_traffic(write_traffic(tmp / "traffic.jsonl", mixed_records(24)), max_line_bytes=65536,
+                        length_buckets=(200,)).requests
+    write_requests(state / "heldout.jsonl", reqs)
+    flow_run_id = str(uuid.uuid4())
+    (state / "runs" / flow_run_id).mkdir(parents=True)
+    record = {"flow_run_id": flow_run_id, "model": {"name": "tiny", "path": baseline, "digest": "x"},
+              "heldout_path": str(state / "heldout.jsonl"),
+              "checkpoints": {n: p for n, (p, _) in variants.items()}, "winner": next(iter(variants)),
+              "mlflow": {"parent_run_id": parent, "registered": registered, "experiment_id": exp}}
+    (state / "runs" / flow_run_id / "run_record.json").write_text(json.dumps(record))
+    (state / "runs" / "LATEST").write_text(flow_run_id)
+    conf = {"model": {"name": "smollm2-135m-instruct", "served_name": "tiny"},
+            "variants": [{"name": "x", "method": "int4_rtn"}],
+            "judge": {"enabled": False},
+            "rollout": {"steps": [25, 50, 100], "window_canary_requests": 4, "window_max_requests": 16,
+                        "replay_max_tokens": 6, "analysis": {"min_error_samples": 8, "judge_min_pairs": 3},
+                        "serving": {"port": port or free_port(), "replica_cpus": 0.25}, **(rollout or {})},
+            "runtime": {"state_dir": str(state), "prefect_port": free_port(), "experiment": "tiny"}}
+    path = tmp / "rollout.yaml"
+    path.write_text(yaml.safe_dump(conf))
+    return path

@@ -40,6 +40,7 @@ class RolloutContext:
     canary_path: str
     heldout_path: str
     served_names: tuple[str, ...]
+    experiment_id: str = ""
     faults: dict[str, float] = field(default_factory=dict)
     resumed: bool = False
 
@@ -59,6 +60,11 @@ def _record(state: Path, run: str | None) -> dict:
             return rec
     raise NothingToRollOut(f"--run {run}: neither a flow run id nor an MLflow run id of a finished run "
                            f"in {runs}")
+
+
+def registered_model(config: PipelineConfig, run: str | None) -> str:
+    """The registered model a rollout of `run` (default: the newest) acts on."""
+    return config.model.served_name or _record(config.runtime.state_dir.resolve(), run)["model"]["name"]
 
 
 def _canary_version(client: MlflowClient, model: str, record: dict, variant: str) -> tuple[str, str]:
@@ -105,7 +111,8 @@ def prepare_rollout(config: PipelineConfig, *, variant: str | None, run: str | N
         registered_model=model, tracking_uri=uri, mlflow_run_id=run_id, variant=variant, verdict=verdict,
         champion_version=champion.version, champion_path=champion.path, canary_version=version,
         canary_path=canary_path, heldout_path=record["heldout_path"],
-        served_names=tuple(dict.fromkeys([model, record["model"]["name"]])), faults=faults)
+        served_names=tuple(dict.fromkeys([model, record["model"]["name"]])), experiment_id=exp,
+        faults=faults)
     log.append("started", context=asdict(ctx), steps=list(config.rollout.steps))  # before it takes effect
     start_canary(client, model, version, reason=f"rollout {log.rollout_id} of {variant} "
                  f"(run {record['flow_run_id']})")

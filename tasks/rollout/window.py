@@ -22,7 +22,7 @@ from quantgate.tasks.judge.client import Chat
 from quantgate.tasks.judge.pairwise import Pair, judge_pairs
 from quantgate.tasks.rollout import analysis
 from quantgate.tasks.rollout.analysis import Measurement
-from quantgate.tasks.serving.replayer import replay
+from quantgate.tasks.serving.replayer import ReplayResult, replay
 
 
 @dataclass(frozen=True)
@@ -83,11 +83,22 @@ def run_window(*, base_url: str, model_name: str, prompts: list[list[dict[str, s
                step_index: int, conf: RolloutConf, log_dir: str, judge: Chat | None, judge_mode: str = "text",
                judge_tie_band: float = 0.1, api_key: str | None = None) -> WindowResult:
     folder, a = Path(log_dir), conf.analysis
-    n = min(conf.window_max_requests, math.ceil(conf.window_canary_requests / max(weight, 1e-9)))
     started = time.time()
-    sent = replay(base_url, prompts, model=model_name, rate_per_s=conf.replay_rate_per_s,
-                  concurrency=conf.replay_concurrency, max_requests=n, max_s=conf.window_max_s,
-                  max_tokens=conf.replay_max_tokens, api_key=api_key)
+    sent = ReplayResult()
+    # Rounds until the canary has had its requests: routing is random, so one round of n/w requests
+    # often leaves the canary a sample too small to test. Bounded in count and time.
+    while True:
+        canary = sum(1 for s in sent.sent if s.arm == "canary")
+        room = conf.window_max_requests - len(sent.sent)
+        left_s = conf.window_max_s - (time.time() - started)
+        if canary >= conf.window_canary_requests or room <= 0 or left_s <= 0:
+            break
+        n = min(room, math.ceil((conf.window_canary_requests - canary) / max(weight, 1e-9)))
+        more = replay(base_url, prompts[len(sent.sent) % len(prompts):] + prompts, model=model_name,
+                      rate_per_s=conf.replay_rate_per_s, concurrency=conf.replay_concurrency,
+                      max_requests=n, max_s=left_s, max_tokens=conf.replay_max_tokens, api_key=api_key)
+        sent.sent += more.sent
+    sent.wall_s = time.time() - started
     _wait_for_mirrors(base_url)
     records = read_jsonl(folder / "requests.jsonl")
     window = [r for r in records if r["t"] >= started]
