@@ -184,4 +184,4 @@ class Router:
     @api.get("/quantgate/routing")
     async def routing(self) -> dict[str, Any]:
         return {"canary_weight": self.weight, "mirror_share": self.mirror_share, "arms": sorted(self.arms),
-                "mirrors_in_flight": len(self.background)}
+                "mirrors_in_flight": len(self.background), "pid": os.getpid()}

@@ -1,0 +1,136 @@
+"""The serving app for real: Ray Serve on loopback, two tiny-model deployments behind the router.
+An OpenAI client talks to it unchanged (streaming too); every bad request gets a 4xx with an
+OpenAI-style error body, and a good request afterwards still succeeds."""
+
+import json
+import shutil
+
+import httpx
+import pytest
+from openai import BadRequestError, NotFoundError, OpenAI
+
+from quantgate.tasks.runtime.child_process import free_port
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model, tmp_path_factory):
+    import ray
+    from ray import serve
+
+    from quantgate.tasks.serving.app import ArmSpec, ServingSpec, deploy
+
+    tmp = tmp_path_factory.mktemp("serve")
+    canary = shutil.copytree(tiny_model, tmp / "canary")
+    spec = ServingSpec(app_name="api-test", model_names=("tiny",), log_dir=str(tmp / "logs"),
+                       champion=ArmSpec("models:/tiny@champion", "1", tiny_model),
+                       canary=ArmSpec("models:/tiny@canary", "2", str(canary)), port=free_port(),
+                       replica_cpus=0.25, max_prompt_chars=2000, max_tokens=64)
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 2**20,
+                 _node_ip_address="127.0.0.1", log_to_driver=False)
+    url = deploy(spec, weight=0.5, mirror_share=1.0)
+    yield spec, url, tmp / "logs"
+    serve.shutdown()
+    if started:
+        ray.shutdown()
+
+
+def test_openai_client_unchanged_streaming_too(served):
+    _, url, logs = served
+    client = OpenAI(base_url=f"{url}/v1", api_key="unused")
+    assert [m.id for m in client.models.list()] == ["tiny"]
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello"}],
+                                          max_tokens=5)
+    assert chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens >= 1
+    parts = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=5, stream=True))
+    assert parts[0].choices[0].delta.role == "assistant"
+    assert parts[-1].choices[0].finish_reason in ("stop", "length")
+    done = client.completions.create(model="tiny", prompt="The quick brown", max_tokens=4)
+    assert done.object == "text_completion" and done.usage.prompt_tokens >= 1
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model="tiny", prompt="The quick brown", max_tokens=4, stream=True))
+    assert streamed == done.choices[0].text  # greedy: the same tokens, streamed or not
+    records = [json.loads(line) for line in (logs / "requests.jsonl").read_text().splitlines()]
+    assert {r["arm"] for r in records} <= {"champion", "canary"} and all(r["status"] == 200 for r in records)
+
+
+BAD = [
+    (b"{not json", 400, None),
+    (b"[1, 2]", 400, None),
+    (json.dumps({"model": "nope", "messages": [{"role": "user", "content": "x"}]}), 404, "model"),
+    (json.dumps({"model": "tiny", "messages": []}), 400, "messages"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "  "}]}), 400, "messages"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "x" * 2001}]}), 400, "messages"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}), 400,
+     "max_tokens"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": "5"}), 400,
+     "max_tokens"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 10**6}),
+     400, "max_tokens"),
+    (json.dumps({"model": "tiny", "messages": "hello"}), 400, "messages"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "robot", "content": "x"}]}), 400, "messages.0.role"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": 5}]}), 400, "messages.0.content"),
+    (json.dumps({"model": 7, "messages": [{"role": "user", "content": "x"}]}), 400, "model"),
+    (json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}),
+     400, "temperature"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "param"), BAD)
+def test_bad_request_gets_openai_error_and_server_keeps_serving(served, body, status, param):
+    _, url, _ = served
+    r = httpx.post(f"{url}/v1/chat/completions", content=body, timeout=60)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["message"] and err["type"] == "invalid_request_error" and err["param"] == param
+    good = httpx.post(f"{url}/v1/chat/completions", timeout=60,
+                      json={"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
+    assert good.status_code == 200
+
+
+def test_openai_client_raises_its_usual_errors(served):
+    _, url, _ = served
+    client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    with pytest.raises(NotFoundError):
+        client.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(BadRequestError):
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=0)
+
+
+def test_api_key_from_the_environment_guards_the_endpoint(monkeypatch):
+    """The router's check, on its own class (replicas read the key from their environment)."""
+    from types import SimpleNamespace
+
+    from quantgate.tasks.serving.protocol import ApiError
+    from quantgate.tasks.serving.router import Router
+
+    router = Router.func_or_class.__new__(Router.func_or_class)
+    router.s = {"api_key_env": "QG_SERVE_API_KEY"}
+    monkeypatch.delenv("QG_SERVE_API_KEY", raising=False)
+    router._authorize(SimpleNamespace(headers={}))  # no key configured: open
+    monkeypatch.setenv("QG_SERVE_API_KEY", "s3cret")
+    for headers in ({}, {"authorization": "Bearer wrong"}):
+        with pytest.raises(ApiError) as err:
+            router._authorize(SimpleNamespace(headers=headers))
+        assert err.value.status == 401 and "s3cret" not in err.value.message
+    router._authorize(SimpleNamespace(headers={"authorization": "Bearer s3cret"}))
+
+
+def test_weight_change_is_a_light_update(served):
+    """The weight lives in the router's user_config: changed in place."""
+    from quantgate.tasks.serving.app import deploy
+
+    spec, url, _ = served
+    pids = httpx.get(f"{url}/quantgate/routing", timeout=10).json()
+    deploy(spec, weight=1.0, mirror_share=0.0)
+    after = httpx.get(f"{url}/quantgate/routing", timeout=10).json()
+    assert (pids["canary_weight"], after["canary_weight"]) == (0.5, 1.0)
+    assert pids["pid"] == after["pid"]  # the same router process: reconfigured, not restarted
+    r = httpx.post(f"{url}/v1/chat/completions", timeout=60,
+                   json={"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
+    assert r.headers["x-quantgate-arm"] == "canary"
+    deploy(spec, weight=0.5, mirror_share=1.0)
