@@ -199,7 +199,8 @@ def rollout_state(tmp: Path, baseline: str, variants: dict[str, tuple[str, str]]
     conf = {"model": {"name": "smollm2-135m-instruct", "served_name": "tiny"},
             "variants": [{"name": "x", "method": "int4_rtn"}],
             "judge": {"enabled": False},
-            "rollout": {"steps": [25, 50, 100], "window_canary_requests": 4, "window_max_requests": 16,
+            "rollout": {"steps": [25, 50, 100], "window_canary_requests": 4, "window_max_requests": 48,
+                        "pause_timeout_s": 20,
                         "replay_max_tokens": 6, "analysis": {"min_error_samples": 8, "judge_min_pairs": 3},
                         "serving": {"port": port or free_port(), "replica_cpus": 0.25}, **(rollout or {})},
             "runtime": {"state_dir": str(state), "prefect_port": free_port(), "experiment": "tiny"}}

@@ -22,7 +22,7 @@ CHAMPION, CANARY, PREVIOUS = "champion", "canary", "previous-champion"
 
 def alias_version(client: MlflowClient, model: str, alias: str) -> str | None:
     try:
-        return client.get_model_version_by_alias(model, alias).version
+        return str(client.get_model_version_by_alias(model, alias).version)
     except MlflowException:
         return None
 
@@ -36,7 +36,7 @@ def ensure_champion(client: MlflowClient, model: str, run_id: str, baseline_chec
     there is always something serving and something to roll back to."""
     if (version := alias_version(client, model, CHAMPION)) is not None:
         return version
-    version = register_version(client, model, run_id, baseline_checkpoint)
+    version = str(register_version(client, model, run_id, baseline_checkpoint))
     client.set_model_version_tag(model, version, "variant", "baseline")
     move_alias(client, model, CHAMPION, version, reason=f"first run of {model}: its baseline (run {run_id})")
     return version

@@ -74,7 +74,7 @@ def _canary_version(client: MlflowClient, model: str, record: dict, variant: str
         why = ("not in that run" if variant not in record["checkpoints"] else "rejected by the gate")
         raise NothingToRollOut(f"--variant {variant}: {why}; variants of run {record['flow_run_id']} the "
                                f"gate did not reject: {known or 'none'}")
-    version = registered[variant]
+    version = str(registered[variant])
     verdict = client.get_model_version(model, version).tags.get("gate.verdict", "pass")
     return version, verdict
 
@@ -90,6 +90,7 @@ def prepare_rollout(config: PipelineConfig, *, variant: str | None, run: str | N
     log = unfinished(folder)
     if log is not None:  # a rollout that did not finish: resumed as it was started
         start = log.entries[0]
+        log.append("restarted", after=log.entries[-1]["event"])  # the timeline shows the gap
         return RolloutContext(**{**start["context"], "resumed": True})
     variant = variant or record["winner"]
     if variant is None:
