@@ -58,7 +58,8 @@ class AnalysisConf(Strict):
 
 
 class RolloutConf(Strict):
-    auto: bool = Field(default=True, description="quantize_and_gate ends by rolling out its winner")
+    auto: bool = Field(default=False, description="quantize_and_gate ends by rolling out its winner "
+                       "(conf/default.yaml: on)")
     steps: tuple[Annotated[float, Field(gt=0, le=100)], ...] = Field(
         default=(5, 25, 50, 100), min_length=1, description="canary weight per step, percent")
     window_canary_requests: Annotated[int, Field(ge=1)] = Field(

@@ -11,6 +11,8 @@ what to do next, so a rollout killed anywhere and started again goes on from its
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from prefect import flow, runtime
 from prefect.artifacts import create_markdown_artifact
 from prefect.exceptions import FlowPauseTimeout
@@ -88,7 +90,7 @@ def canary_rollout(config: PipelineConfig, variant: str | None = None, run: str 
                 print(f"      serving on {url} (champion and canary); judge "
                       f"{'on mirrored prompts' if judge else 'off'}", flush=True)
                 _walk(config, ctx, action, url, judge)
-        summary = report_task(ctx=ctx)
+        summary = replace(report_task(ctx=ctx), flow_run_id=str(runtime.flow_run.id))
     create_markdown_artifact(key=f"rollout-{ctx.rollout_id.lower()}", markdown=summary.timeline,
                              description=f"canary rollout of {ctx.variant}: {summary.outcome}")
     return summary

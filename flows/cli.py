@@ -133,6 +133,12 @@ def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
     if summary.canary_version:
         print(f"registry: {summary.registered_model} version "
               f"{summary.canary_version} has alias `canary`")
+    if summary.rollout is not None:
+        from quantgate.flows.rollout_cli import print_summary
+
+        print_summary(summary.rollout, config, server.api_url)
+    elif summary.rollout_note:
+        print(summary.rollout_note)
     if summary.reused:
         print("MLflow: this run's results were published already: nothing new was recorded")
     print(f"quarantine: {summary.quarantine_path}")

@@ -23,6 +23,7 @@ from prefect_ray.context import remote_options
 
 from quantgate.conf.methods import VariantSpec
 from quantgate.conf.schema import PipelineConfig
+from quantgate.flows.canary_rollout import canary_rollout
 from quantgate.flows.outcomes import as_finished, outcome, value
 from quantgate.tasks.calibrate.stages import calibrate_task, drift_task
 from quantgate.tasks.evaluate.stages import evaluate_task, lmeval_task, long_context_task
@@ -39,6 +40,7 @@ from quantgate.tasks.perf.report import artifact_links
 from quantgate.tasks.perf.stages import bench_task, plan_task
 from quantgate.tasks.quantize.stages import quantize_task
 from quantgate.tasks.registry.stages import publish_task
+from quantgate.tasks.rollout.stages import RolloutSummary
 from quantgate.tasks.runtime.clock import Stopwatch
 from quantgate.tasks.runtime.stop import keep_stop_handlers
 from quantgate.tasks.traffic.prepare import PreparedTraffic
@@ -59,6 +61,8 @@ class FlowSummary:
     quarantine_path: str
     reused: bool
     timing: str
+    rollout: RolloutSummary | None = None
+    rollout_note: str = ""
 
 
 def _quantize(config: PipelineConfig, spec: VariantSpec, model: ModelRef, traffic: PreparedTraffic,
@@ -341,7 +345,24 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
                            mlflow_ui_port=config.runtime.mlflow_ui_port)
     create_markdown_artifact(key="gate-report", markdown=report.markdown + "\n## Where the time went\n\n"
                              + times.table() + links, description="offline gate")
+    rollout, note = _rollout(config, gate.decision.winner, record.canary_version, flow_run_id)
     return FlowSummary(report.table_text(), gate.decision.winner, gate.decision.reason,
                        config.model.served_name or model.name, record.tracking_uri, record.experiment_id,
                        record.parent_run_id, record.canary_version, flow_run_id, traffic.quarantine_path,
-                       record.reused, times.table())
+                       record.reused, times.table(), rollout, note)
+
+
+def _rollout(config: PipelineConfig, winner: str | None, version: str | None,
+             flow_run_id: str) -> tuple[RolloutSummary | None, str]:
+    """The winner's canary rollout, as a subflow, when rollout.auto is on; else why there is none."""
+    if not config.rollout.auto:
+        return None, "rollout.auto is off: `quantgate rollout` starts it"
+    if winner is None or version is None:
+        return None, "no rollout: the gate chose no winner, the champion stays"
+    steps = ", ".join(f"{s:g}" for s in config.rollout.steps)
+    print(f"[rollout] {winner} (version {version}) behind a canary on Ray Serve: steps {steps} %")
+    state = canary_rollout(config, variant=winner, run=flow_run_id, return_state=True)
+    if state.is_failed():
+        exc = state.result(raise_on_failure=False)
+        return None, f"rollout failed to run: {type(exc).__name__}: {exc}"
+    return state.result(), ""

@@ -35,7 +35,7 @@ def add_parsers(sub: Any) -> None:
             p.add_argument("--json", action="store_true")
 
 
-def print_summary(summary: Any, config: PipelineConfig, flow_run_id: str, api_url: str) -> None:
+def print_summary(summary: Any, config: PipelineConfig, api_url: str) -> None:
     print()
     print(summary.timeline)
     print(f"rollout: {summary.outcome}: {summary.reason}")
@@ -44,7 +44,7 @@ def print_summary(summary: Any, config: PipelineConfig, flow_run_id: str, api_ur
           f"`quantgate ui`, then http://127.0.0.1:{config.runtime.mlflow_ui_port}/#/experiments/"
           f"{summary.experiment_id}/runs/"
           f"{summary.mlflow_run_id}")
-    print(f"Prefect: flow run {flow_run_id} (server was {api_url}), "
+    print(f"Prefect: flow run {summary.flow_run_id} (server was {api_url}), "
           f"artifact rollout-{summary.rollout_id.lower()}")
 
 
@@ -66,7 +66,6 @@ def run_rollout(args: argparse.Namespace, config: PipelineConfig, state: Path, e
         with ray_cluster(address=config.runtime.ray_address, num_cpus=config.runtime.ray_num_cpus, env=env,
                          state_dir=state):
             st = canary_rollout(config, variant=args.variant, run=args.run, inject=faults, return_state=True)
-        flow_run_id = str(st.state_details.flow_run_id)
         if st.is_failed():
             exc = st.result(raise_on_failure=False)
             if isinstance(exc, NothingToRollOut) and "champion already" in str(exc):
@@ -76,7 +75,7 @@ def run_rollout(args: argparse.Namespace, config: PipelineConfig, state: Path, e
             print(f"error: {kind}{exc}", file=sys.stderr)
             return 1
         summary = st.result()
-        print_summary(summary, config, flow_run_id, server.api_url)
+        print_summary(summary, config, server.api_url)
     print(f"wall time: {time.perf_counter() - start:.0f} s")
     return EXIT[summary.outcome]
 

@@ -44,6 +44,7 @@ class RolloutSummary:
     report_path: str
     plot_path: str
     timeline: str
+    flow_run_id: str = ""
 
 
 @contextlib.contextmanager

@@ -94,7 +94,8 @@ def test_second_rollout_refused_and_kill_minus_9_resumes(tmp_path, tiny_model):
     conf, client = state_for(tmp_path, tiny_model, window_canary_requests=40, window_max_requests=400,
                              replay_concurrency=1, replay_max_tokens=24)
     first = subprocess.Popen([EXE, "rollout", "--config", str(conf), "--variant", "good"], env=cli_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         while not any(e["event"] == "step" for e in _safe_log(tmp_path)):

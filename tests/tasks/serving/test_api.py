@@ -98,7 +98,8 @@ def test_openai_client_raises_its_usual_errors(served):
     with pytest.raises(NotFoundError):
         client.chat.completions.create(model="gpt-9", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(BadRequestError):
-        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}], max_tokens=0)
+        client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "x"}],
+                                       max_tokens=0)
 
 
 def test_api_key_from_the_environment_guards_the_endpoint(monkeypatch):
