@@ -111,6 +111,9 @@ def _status_text(st: dict[str, Any]) -> str:
         lines.append(f"  {m['metric']:10} {m['phase']:12} {m['reason']}")
     for arm, f in r["deployments"].items():
         lines.append(f"  {arm:8} {f['requests']} requests, {f['errors']} errors, {f['tokens']} tokens, "
-                     f"service p50 {f['p50_s']} s, p95 {f['p95_s']} s")
+                     f"service p50 {f['p50_s']} s, p95 {f['p95_s']} s (request log)")
+    for dep, f in (r.get("ray_serve") or {}).items():
+        lines.append(f"  {dep:8} {f['requests']} requests, {f['errors']} errors, latency p50 "
+                     f"{f['latency_ms_p50']:.0f} ms, p95 {f['latency_ms_p95']:.0f} ms (Ray Serve's metrics)")
     lines.append(f"log: {r['log']}")
     return "\n".join(lines)

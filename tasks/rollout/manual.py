@@ -126,7 +126,8 @@ def status(config: PipelineConfig, run: str | None = None) -> dict[str, Any]:
         "last_analysis": None if window is None else [
             {"metric": m["metric"], "phase": m["phase"], "reason": m["reason"]}
             for m in window["measurements"]],
-        "deployments": arms, "log": str(log.path)}
+        "deployments": arms, "ray_serve": None if window is None else window.get("ray_serve"),
+        "log": str(log.path)}
     return out
 
 

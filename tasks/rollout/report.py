@@ -44,7 +44,23 @@ def timeline_markdown(entries: list[dict[str, Any]]) -> str:
             if e["event"] == "decision":
                 note = f"**{e['outcome']}**: {e['reason']}"
             lines.append(f"| {t} | {e['event']} | {weight} |  |  |  |  |  | {note} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _ray_serve_table(entries)) + "\n"
+
+
+def _ray_serve_table(entries: list[dict[str, Any]]) -> list[str]:
+    """Ray Serve's own per-deployment figures at the last window (cumulative since the app started)."""
+    windows = [e for e in entries if e["event"] == "window" and e.get("ray_serve")]
+    figures = windows[-1]["ray_serve"] if windows else None
+    if not figures:
+        return []
+    lines = ["", "Ray Serve's own figures at the last window (since the app started; Prometheus series "
+             "`ray_serve_deployment_*`):", "",
+             "| deployment | requests | errors | latency mean ms | p50 ms | p95 ms | p99 ms |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for dep, f in figures.items():
+        lines.append(f"| {dep} | {f['requests']} | {f['errors']} | {f['latency_ms_mean']:.0f} | "
+                     f"{f['latency_ms_p50']:.0f} | {f['latency_ms_p95']:.0f} | {f['latency_ms_p99']:.0f} |")
+    return lines
 
 
 def plot(entries: list[dict[str, Any]], out: Path) -> Path:

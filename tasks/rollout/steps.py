@@ -21,6 +21,7 @@ from quantgate.tasks.rollout.decide import decide_step
 from quantgate.tasks.rollout.log import RolloutLog
 from quantgate.tasks.rollout.window import run_window
 from quantgate.tasks.serving import app
+from quantgate.tasks.serving import metrics as serve_metrics
 from quantgate.tasks.traffic.load import read_requests
 
 
@@ -95,7 +96,10 @@ def run_step(config: PipelineConfig, ctx: RolloutContext, k: int, base_url: str,
                        step_index=k, conf=conf, log_dir=ctx.log_dir, judge=judge,
                        judge_mode=config.judge.mode, judge_tie_band=config.judge.tie_band, api_key=api_key)
         windows.append(w.measurements)
-        record(ctx, "window", step=k, weight=weight, **w.to_dict())
+        # Ray Serve's own per-deployment counters and latency histogram, cumulative, beside the
+        # window's per-request samples (the operator's view; the analysis reads the samples).
+        record(ctx, "window", step=k, weight=weight, **w.to_dict(),
+               ray_serve=serve_metrics.cluster_metrics(spec(config, ctx).app_name))
         _metrics(ctx, k, weight, w.measurements)
         decision = decide_step(windows, conf)
         print(f"      step {k + 1}/{len(conf.steps)} ({conf.steps[k]:g} %): {w.sent} requests in "

@@ -7,6 +7,7 @@ controller restarts comes back with them.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -43,7 +44,7 @@ class ModelReplica:
 
     def info(self) -> dict[str, Any]:
         return {"role": self.role, "model_uri": self.model_uri, "version": self.version,
-                "path": self.gen.path_desc, "faults": vars(self.gen.faults)}
+                "path": self.gen.path_desc, "faults": vars(self.gen.faults), "pid": os.getpid()}
 
     def generate(self, prompt: Prompt) -> dict[str, Any]:
         start, out = time.perf_counter(), Generation()

@@ -12,6 +12,8 @@ from mlflow.tracking import MlflowClient
 
 from quantgate.conf.load import load_config
 from quantgate.tasks.registry.aliases import alias_history
+from quantgate.tasks.registry.champion import aliases
+from quantgate.tasks.runtime.child_process import free_port
 
 from factories import cli_env, planted_pii
 
@@ -46,6 +48,10 @@ def run(tmp_path_factory):
         # the real model; perplexity keeps the default budgets.
         "gate": {"budgets": {"task": {"enable": 0.3, "monitor": 0.5, "investigate": 0.5}}},
         "runtime": {"state_dir": str(tmp / "state"), "prefect_port": 4293},
+        # For the drill at the end (`quantgate rollout`; the run itself leaves rollout.auto off).
+        "rollout": {"steps": [25, 100], "replay_max_tokens": 16, "pause_timeout_s": 60,
+                    "analysis": {"judge": "on", "judge_min_pairs": 4},
+                    "serving": {"port": free_port()}},
     }
     path = tmp / "e2e.yaml"
     path.write_text(yaml.safe_dump(conf))
@@ -106,7 +112,10 @@ def test_registry_holds_the_passing_versions_and_the_canary(run):
     winner = parent.data.tags["gate.winner"]
     assert winner in passed and not children[winner].data.params["control"] == "True"
     versions = client.search_model_versions("name='smollm2-135m-instruct'")
-    assert {v.tags["variant"] for v in versions} == passed
+    # the passing variants, and the baseline: the first run of a model registers it as `champion`
+    assert {v.tags["variant"] for v in versions} == passed | {"baseline"}
+    champion = client.get_model_version_by_alias("smollm2-135m-instruct", "champion")
+    assert champion.tags["variant"] == "baseline"
     canary = client.get_model_version_by_alias("smollm2-135m-instruct", "canary")
     assert canary.tags["variant"] == winner and f"version {canary.version} has alias `canary`" in out
     assert alias_history(client, "smollm2-135m-instruct")[-1] | {"at": None} == {
@@ -171,3 +180,30 @@ def test_bench_cli_measures_the_run_checkpoints_side_by_side(run):
     query = "tags.`bench.batch` = '1' and tags.variant = 'int4_rtn'"
     bench_runs = client.search_runs([exp.experiment_id], query)
     assert bench_runs and bench_runs[0].data.metrics["energy.j_per_token"] > 0
+
+
+def test_garbage_answers_the_judge_rates_worse_roll_back_at_the_first_step(run):
+    """A drill on the real model with the real judge: the gate's winner goes live at 25 % with every
+    answer replaced by random tokens; the judge, comparing it with the champion on mirrored prompts,
+    rates it worse, and the rollout rolls back at its first step. Runs last: it removes the canary."""
+    tmp, _, conf, env = run
+    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    before = aliases(client, "smollm2-135m-instruct")
+    assert before["canary"] is not None and before["champion"] is not None
+    exe = Path(sys.executable).parent / "quantgate"
+    proc = subprocess.run([str(exe), "rollout", "--config", str(conf), "--inject", "garbage=1.0"],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 3, (proc.stdout + proc.stderr)[-4000:]
+    assert aliases(client, "smollm2-135m-instruct") == {"champion": before["champion"], "canary": None,
+                                                        "previous-champion": None}
+    (log_path,) = (tmp / "state" / "rollouts" / "smollm2-135m-instruct").glob("*/log.jsonl")
+    log = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [e["weight"] for e in log if e["event"] == "step"] == [0.25]  # no step after the first
+    decision = [e for e in log if e["event"] == "decision"][-1]
+    assert (decision["step"], decision["outcome"]) == (0, "failed") and decision["reason"].startswith("judge")
+    judged = [e for e in log if e["event"] == "window"][-1]["measurements"]
+    verdict = next(m for m in judged if m["metric"] == "judge")["value"]
+    assert verdict["losses"] > verdict["wins"]
+    assert [e["event"] for e in log][-2:] == ["rolling_back", "rolled_back"]
+    version = client.get_model_version("smollm2-135m-instruct", before["canary"])
+    assert version.tags["rollout.rolled_back"].startswith("step 1 (25 %) failed: judge")

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from mlflow.tracking import MlflowClient
 
 from quantgate.tasks.registry.champion import aliases
@@ -90,9 +91,14 @@ def test_misbehaving_canary_rolls_back_at_the_first_failing_step(tmp_path, tiny_
 
 
 def test_second_rollout_refused_and_kill_minus_9_resumes(tmp_path, tiny_model):
-    # Windows big enough that the first step takes a while: time to be killed in the middle of it.
+    # A first step paced to last ~40 s (160 requests at 4/s), whatever the machine's speed: time for
+    # the second rollout to be refused and for the kill to land in the middle of it.
     conf, client = state_for(tmp_path, tiny_model, window_canary_requests=40, window_max_requests=400,
-                             replay_concurrency=1, replay_max_tokens=24)
+                             replay_concurrency=1, replay_rate_per_s=4)
+    # Started again with the fixture's small unpaced windows: the same state, a quicker finish.
+    raw = yaml.safe_load(conf.read_text())
+    raw["rollout"] |= {"window_canary_requests": 4, "window_max_requests": 48, "replay_rate_per_s": 0}
+    (again := tmp_path / "again.yaml").write_text(yaml.safe_dump(raw))
     first = subprocess.Popen([EXE, "rollout", "--config", str(conf), "--variant", "good"], env=cli_env(),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True)
@@ -109,8 +115,9 @@ def test_second_rollout_refused_and_kill_minus_9_resumes(tmp_path, tiny_model):
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
-    assert aliases(client, "tiny")["canary"] == "2"  # killed mid-rollout: still a canary
-    resumed = quantgate("rollout", "--config", str(conf))
+    printed = first.stdout.read() if first.stdout else ""
+    assert aliases(client, "tiny")["canary"] == "2", (printed[-3000:], _safe_log(tmp_path)[-4:])
+    resumed = quantgate("rollout", "--config", str(again))
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
     assert "(resumed)" in resumed.stdout + resumed.stderr
     log = rollout_log(tmp_path)

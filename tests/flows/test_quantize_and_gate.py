@@ -152,7 +152,9 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
     assert {"lmeval.json", "lmeval_samples.jsonl", "judge_transcript.jsonl"} <= files
     winner = parent.data.tags["gate.winner"]
     passed = {n for n, r in children.items() if r.data.metrics.get("gate.passed") == 1.0}
-    assert {v.tags["variant"] for v in versions} == passed
+    # the passing variants, and the baseline: the first run of a model registers it as `champion`
+    assert {v.tags["variant"] for v in versions} == passed | {"baseline"}
+    assert client.get_model_version_by_alias("tiny", "champion").tags["variant"] == "baseline"
     assert winner in passed  # on the tiny model every working variant passes
     assert client.get_model_version_by_alias("tiny", "canary").tags["variant"] == winner
     assert alias_history(client, "tiny")[-1]["alias"] == "canary"

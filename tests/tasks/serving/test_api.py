@@ -135,3 +135,28 @@ def test_weight_change_is_a_light_update(served):
                    json={"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 2})
     assert r.headers["x-quantgate-arm"] == "canary"
     deploy(spec, weight=0.5, mirror_share=1.0)
+
+
+def test_ray_serve_metrics_count_what_each_deployment_served(served):
+    """Per-deployment figures come from Ray Serve's own Prometheus series: once the replicas have
+    reported, they count exactly the calls the router's request log recorded for each arm."""
+    import time
+
+    from quantgate.tasks.rollout.window import read_jsonl
+    from quantgate.tasks.serving.metrics import cluster_metrics
+
+    spec, url, logs = served
+    for i in range(4):
+        httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+            "model": "tiny", "messages": [{"role": "user", "content": f"m{i}"}], "max_tokens": 2})
+    deadline, figures, logged = time.monotonic() + 90, {}, {}
+    while time.monotonic() < deadline:
+        records = read_jsonl(logs / "requests.jsonl")
+        logged = {arm: sum(r["arm"] == arm for r in records) for arm in ("champion", "canary")}
+        figures = cluster_metrics(spec.app_name)
+        if all(figures.get(arm, {}).get("requests") == n for arm, n in logged.items()):
+            break
+        time.sleep(2)
+    assert {arm: figures[arm]["requests"] for arm in logged} == logged, (figures, logged)
+    assert figures["canary"]["errors"] == 0 and figures["champion"]["errors"] == 0
+    assert 0 < figures["champion"]["latency_ms_p50"] <= figures["champion"]["latency_ms_p99"]
