@@ -341,15 +341,20 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
     record = publish_task(config=config, model=model, traffic=traffic, calibration=calibrated,
                           drift=drift, outcome=gate, report=report, bench=bench, flow_run_id=flow_run_id,
                           times=times)
-    links = artifact_links(record.tracking_uri, record.experiment_id, record.parent_run_id, report.files,
-                           mlflow_ui_port=config.runtime.mlflow_ui_port)
-    create_markdown_artifact(key="gate-report", markdown=report.markdown + "\n## Where the time went\n\n"
-                             + times.table() + links, description="offline gate")
+    _gate_report_artifact(config, record, report, times)
     rollout, note = _rollout(config, gate.decision.winner, record.canary_version, flow_run_id)
     return FlowSummary(report.table_text(), gate.decision.winner, gate.decision.reason,
                        config.model.served_name or model.name, record.tracking_uri, record.experiment_id,
                        record.parent_run_id, record.canary_version, flow_run_id, traffic.quarantine_path,
                        record.reused, times.table(), rollout, note)
+
+
+def _gate_report_artifact(config: PipelineConfig, record: Any, report: Any, times: Any) -> None:
+    """The gate report, where the time went and links to MLflow, as the run's Prefect artifact."""
+    links = artifact_links(record.tracking_uri, record.experiment_id, record.parent_run_id, report.files,
+                           mlflow_ui_port=config.runtime.mlflow_ui_port)
+    create_markdown_artifact(key="gate-report", markdown=report.markdown + "\n## Where the time went\n\n"
+                             + times.table() + links, description="offline gate")
 
 
 def _rollout(config: PipelineConfig, winner: str | None, version: str | None,
