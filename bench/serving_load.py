@@ -78,12 +78,10 @@ def _replica_pid(app_name: str, role: str) -> int:
     return serve.get_deployment_handle(role, app_name).info.remote().result(timeout_s=60)["pid"]
 
 
-def _kill_later(app_name: str, delay_s: float, killed: dict) -> threading.Thread:
+def _kill_later(app_name: str, delay_s: float) -> threading.Thread:
     def kill() -> None:
         time.sleep(delay_s)
-        killed["pid"] = pid = _replica_pid(app_name, "champion")
-        killed["at"] = time.time()
-        os.kill(pid, signal.SIGKILL)
+        os.kill(_replica_pid(app_name, "champion"), signal.SIGKILL)
 
     t = threading.Thread(target=kill, daemon=True)
     t.start()
@@ -110,8 +108,8 @@ def _measure(args: argparse.Namespace, setups: list[tuple[str, app.ServingSpec, 
     # The last setup again at the middle concurrency, its champion replica killed 5 s in.
     _, spec, _ = setups[-1]
     conc, n = concs[len(concs) // 2], counts[len(counts) // 2] * 2
-    before, killed = _replica_pid(spec.app_name, "champion"), {}
-    killer = _kill_later(spec.app_name, 5.0, killed)
+    before = _replica_pid(spec.app_name, "champion")
+    killer = _kill_later(spec.app_name, 5.0)
     r = replay(url, prompts, model=spec.model_names[0], concurrency=conc, max_requests=n,
                max_s=args.max_s * 2, max_tokens=args.max_tokens)
     killer.join()
