@@ -51,6 +51,15 @@ class AnalysisConf(Strict):
     judge: Literal["auto", "on", "off"] = Field(
         default="auto", description="judge canary vs champion on mirrored prompts; auto: on when the "
         "pipeline's judge is enabled; always on for a `monitor` variant")
+    judge_mode: Literal["likelihood", "text", "prob", "rubric", "reference"] = Field(
+        default="likelihood", description="likelihood: the champion's model scores both answers of each "
+        "pair (mean NLL per token; GPTScore, arXiv 2302.04166), no judge server needed; the others: the "
+        "pipeline's LLM judge (judge.*) in that mode. The packaged 1.5B judge cannot tell random tokens "
+        "from an answer on short replies (README \"The canary\"): use an LLM mode with a strong "
+        "judge.base_url")
+    likelihood_tie_band: Annotated[float, Field(gt=0)] = Field(
+        default=1.0, description="nats per token: the canary's answer loses a pair when the champion "
+        "finds it this much less likely than its own answer, wins when this much more likely")
     judge_min_pairs: Annotated[int, Field(ge=1)] = 6
     judge_max_loss_share: Annotated[float, Field(ge=0, le=1)] = Field(
         default=0.2, description="fail when the canary loses more than this share of mirrored pairs")
@@ -63,8 +72,8 @@ class RolloutConf(Strict):
     steps: tuple[Annotated[float, Field(gt=0, le=100)], ...] = Field(
         default=(5, 25, 50, 100), min_length=1, description="canary weight per step, percent")
     window_canary_requests: Annotated[int, Field(ge=1)] = Field(
-        default=6, description="the replayer sends about this many canary requests per window "
-        "(this many divided by the weight in all), bounded by window_max_requests")
+        default=8, description="canary answers per window, routed and shadowed: the replayer sends "
+        "this many divided by (weight + (1 - weight) x shadow_share), bounded by window_max_requests")
     window_max_requests: Annotated[int, Field(ge=1)] = 120
     window_max_s: Annotated[float, Field(gt=0)] = 120
     replay_concurrency: Annotated[int, Field(ge=1)] = 2
@@ -73,6 +82,10 @@ class RolloutConf(Strict):
     mirror_share: Annotated[float, Field(ge=0, le=1)] = Field(
         default=1.0, description="share of canary requests also sent to the champion (judge pairs; "
         "costs the canary's share of traffic again)")
+    shadow_share: Annotated[float, Field(ge=0, le=1)] = Field(
+        default=1.0, description="share of requests routed to the champion also sent to the canary at the "
+        "same time, its answer kept for the analysis only (Argo Rollouts' setMirrorRoute): a low-weight "
+        "step gets a testable sample without exposing more users")
     failure_limit: Annotated[int, Field(ge=0)] = 0
     inconclusive_limit: Annotated[int, Field(ge=0)] = Field(
         default=1, description="inconclusive windows repeated at the same weight before pausing")

@@ -20,8 +20,8 @@ from prefect.flow_runs import pause_flow_run
 from prefect.settings import PREFECT_API_URL
 
 from quantgate.conf.schema import PipelineConfig
-from quantgate.tasks.judge.client import Chat
 from quantgate.tasks.rollout.context import RolloutContext, registered_model
+from quantgate.tasks.rollout.pair_judge import PairJudge
 from quantgate.tasks.rollout.progress import Action
 from quantgate.tasks.rollout.stages import (
     PersonDecision,
@@ -60,7 +60,8 @@ def _ask_person(config: PipelineConfig, ctx: RolloutContext, action: Action) -> 
     return True
 
 
-def _walk(config: PipelineConfig, ctx: RolloutContext, action: Action, url: str, judge: Chat | None) -> None:
+def _walk(config: PipelineConfig, ctx: RolloutContext, action: Action, url: str,
+          judge: PairJudge | None) -> None:
     while action.kind != "done":
         if action.kind == "step":
             step_task(config=config, ctx=ctx, k=action.step, base_url=url, judge=judge)

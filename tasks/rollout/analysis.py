@@ -2,17 +2,19 @@
 inconclusive, as Argo Rollouts defines them (failure checked first; neither condition true is
 inconclusive; an exception while measuring is an error).
 
-- error_rate: all routed requests of the rollout so far. Failed when the failure e-value crosses
-  1/α (sequential.py: anytime-valid, read after every window), or when the canary's error rate is
-  above `max_error_rate` on at least `min_error_samples` requests; successful when it is at most
+- error_rate: all requests of the rollout so far, the canary's routed and shadowed. Failed when the
+  failure e-value crosses 1/α (sequential.py: anytime-valid, read after every window; the mean of
+  the routed failures' e-process and the shadowed pairs' one), or when the canary's error rate is
+  above `max_error_rate` on at least `min_error_samples` answers; successful when it is at most
   `max_error_rate`.
 - latency, tpot: the window's service times (the replica's, queueing excluded), canary against the
-  champion (routed and mirrored requests), by a one-sided Mann-Whitney test of the canary's times
+  champion (routed, mirrored and shadowed requests), by a one-sided Mann-Whitney test of the canary's times
   divided by the tolerance against the champion's: Kayenta's rank test, not a bare p95 ratio. The
   looks are fixed in advance (one per step), so each uses α / len(steps) (Bonferroni).
-- judge: mirrored pairs of the rollout so far (the same prompt to both). Failed when the loss
-  e-value crosses 1/α or the canary loses more than `judge_max_loss_share` of at least
-  `judge_min_pairs` pairs; successful when it loses at most that share of enough pairs.
+- judge: mirrored and shadowed pairs of the rollout so far (the same prompt to both; pair_judge.py
+  says who judges). Failed when the loss e-value crosses 1/α or the canary loses more than
+  `judge_max_loss_share` of at least `judge_min_pairs` pairs; successful when it loses at most
+  that share of enough pairs.
 """
 
 from __future__ import annotations
@@ -39,14 +41,30 @@ class Measurement:
         return asdict(self)
 
 
+def _shadow_discordance(records: list[dict[str, Any]]) -> tuple[int, int]:
+    """Shadowed requests (routed to the champion, copied to the canary at once, whatever either
+    answered): (canary alone failed, champion alone failed)."""
+    routed = {r["id"]: r for r in records if not r.get("mirror") and r["arm"] == "champion"}
+    canary_only = champion_only = 0
+    for r in records:
+        twin = routed.get(r["id"]) if r.get("mirror") and r["arm"] == "canary" else None
+        if twin is not None and (r["status"] >= 500) != (twin["status"] >= 500):
+            canary_only += r["status"] >= 500
+            champion_only += twin["status"] >= 500
+    return canary_only, champion_only
+
+
 def error_rate(records: list[dict[str, Any]], conf: AnalysisConf) -> Measurement:
     routed = [r for r in records if not r.get("mirror")]
-    canary = [r for r in routed if r["arm"] == "canary"]
+    canary = [r for r in records if r["arm"] == "canary"]  # routed and shadowed
     failed = [r for r in canary if r["status"] >= 500]
     rate = len(failed) / len(canary) if canary else 0.0
     champ = [r for r in routed if r["arm"] == "champion"]
     champ_rate = sum(r["status"] >= 500 for r in champ) / len(champ) if champ else 0.0
-    e = failure_evalue((r["arm"] == "canary", r["weight"]) for r in routed if r["status"] >= 500)
+    # Two e-processes, one per kind of evidence; their mean is one too (an average of e-values is an
+    # e-value), at most halving either's strength.
+    e_routed = failure_evalue((r["arm"] == "canary", r["weight"]) for r in routed if r["status"] >= 500)
+    e = (e_routed + loss_evalue(*_shadow_discordance(records))) / 2
     value = {"canary_requests": len(canary), "canary_errors": len(failed), "canary_rate": rate,
              "champion_rate": champ_rate, "e_value": e}
     if e >= 1 / conf.alpha:

@@ -14,11 +14,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.input import RunInput
 
 from quantgate.conf.schema import PipelineConfig
-from quantgate.tasks.judge.client import Chat
 from quantgate.tasks.judge.endpoint import judge_endpoint
 from quantgate.tasks.rollout import steps
 from quantgate.tasks.rollout.context import RolloutContext, close_mlflow_run, prepare_rollout
 from quantgate.tasks.rollout.log import RolloutLock, RolloutLog, rollouts_dir
+from quantgate.tasks.rollout.pair_judge import LikelihoodJudge, LlmJudge, PairJudge
 from quantgate.tasks.rollout.progress import Action, next_action
 from quantgate.tasks.rollout.report import write_report
 
@@ -63,12 +63,17 @@ def judge_required(config: PipelineConfig, ctx: RolloutContext) -> bool:
 
 
 @contextlib.contextmanager
-def rollout_judge(config: PipelineConfig, ctx: RolloutContext) -> Iterator[Chat | None]:
+def rollout_judge(config: PipelineConfig, ctx: RolloutContext) -> Iterator[PairJudge | None]:
+    """None when no judge watches; the likelihood judge needs no server (the champion scores)."""
+    a = config.rollout.analysis
     if not judge_required(config, ctx):
         yield None
-        return
-    with judge_endpoint(config.judge, str(config.runtime.state_dir.resolve())) as endpoint:
-        yield endpoint.client(config.judge)
+    elif a.judge_mode == "likelihood":
+        yield LikelihoodJudge(a.likelihood_tie_band)
+    else:
+        with judge_endpoint(config.judge, str(config.runtime.state_dir.resolve())) as endpoint:
+            yield LlmJudge(endpoint.client(config.judge), a.judge_mode, config.judge.tie_band,
+                           a.judge_max_pairs_per_step)
 
 
 @task(name="rollout-prepare", cache_policy=NO_CACHE)
@@ -87,7 +92,7 @@ def next_task(*, config: PipelineConfig, ctx: RolloutContext, first: bool = Fals
 
 @task(name="rollout-step", task_run_name="step {k}", cache_policy=NO_CACHE)
 def step_task(*, config: PipelineConfig, ctx: RolloutContext, k: int, base_url: str,
-              judge: Chat | None) -> str:
+              judge: PairJudge | None) -> str:
     return steps.run_step(config, ctx, k, base_url, judge)
 
 

@@ -13,12 +13,12 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 
 from quantgate.conf.schema import PipelineConfig
-from quantgate.tasks.judge.client import Chat
 from quantgate.tasks.registry import champion as registry
 from quantgate.tasks.rollout.analysis import Measurement
 from quantgate.tasks.rollout.context import RolloutContext, close_mlflow_run
 from quantgate.tasks.rollout.decide import decide_step
 from quantgate.tasks.rollout.log import RolloutLog
+from quantgate.tasks.rollout.pair_judge import PairJudge
 from quantgate.tasks.rollout.window import run_window
 from quantgate.tasks.serving import app
 from quantgate.tasks.serving import metrics as serve_metrics
@@ -58,7 +58,7 @@ def serving(config: PipelineConfig, ctx: RolloutContext) -> Iterator[str]:
     """The app up at the weight the log last recorded (0 for a new rollout); down at the end."""
     sp = spec(config, ctx)
     url = app.deploy(sp, weight=current_weight(ctx, config.rollout.steps),
-                     mirror_share=config.rollout.mirror_share)
+                     mirror_share=config.rollout.mirror_share, shadow_share=config.rollout.shadow_share)
     try:
         yield url
     finally:
@@ -77,12 +77,14 @@ def _metrics(ctx: RolloutContext, k: int, weight: float, ms: list[Measurement]) 
         client.log_metric(ctx.mlflow_run_id, key, v, step=k)
 
 
-def run_step(config: PipelineConfig, ctx: RolloutContext, k: int, base_url: str, judge: Chat | None) -> str:
+def run_step(config: PipelineConfig, ctx: RolloutContext, k: int, base_url: str,
+             judge: PairJudge | None) -> str:
     """Set step k's weight, analyse windows until the step is decided; returns the outcome."""
     conf = config.rollout
     weight = conf.steps[k] / 100
     record(ctx, "step", step=k, weight=weight)
-    app.deploy(spec(config, ctx), weight=weight, mirror_share=conf.mirror_share)
+    app.deploy(spec(config, ctx), weight=weight, mirror_share=conf.mirror_share,
+               shadow_share=conf.shadow_share)
     prompts = [r.messages for r in read_requests(Path(ctx.heldout_path))]
     windows: list[list[Measurement]] = []
     client = MlflowClient(tracking_uri=ctx.tracking_uri)
@@ -93,8 +95,7 @@ def run_step(config: PipelineConfig, ctx: RolloutContext, k: int, base_url: str,
                    "(a person rolled back)")
             return "failed"
         w = run_window(base_url=base_url, model_name=ctx.served_names[0], prompts=prompts, weight=weight,
-                       step_index=k, conf=conf, log_dir=ctx.log_dir, judge=judge,
-                       judge_mode=config.judge.mode, judge_tie_band=config.judge.tie_band, api_key=api_key)
+                       step_index=k, conf=conf, log_dir=ctx.log_dir, judge=judge, api_key=api_key)
         windows.append(w.measurements)
         # Ray Serve's own per-deployment counters and latency histogram, cumulative, beside the
         # window's per-request samples (the operator's view; the analysis reads the samples).

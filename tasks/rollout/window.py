@@ -18,10 +18,9 @@ from typing import Any
 import httpx
 
 from quantgate.conf.rollout import RolloutConf
-from quantgate.tasks.judge.client import Chat
-from quantgate.tasks.judge.pairwise import Pair, judge_pairs
 from quantgate.tasks.rollout import analysis
 from quantgate.tasks.rollout.analysis import Measurement
+from quantgate.tasks.rollout.pair_judge import PairJudge
 from quantgate.tasks.serving.replayer import ReplayResult, replay
 
 
@@ -61,43 +60,44 @@ def _wait_for_mirrors(base_url: str, timeout_s: float = 60) -> None:
         time.sleep(0.2)
 
 
-def _judge_new_pairs(log_dir: Path, since: float, judge: Chat, conf: RolloutConf, mode: str,
-                     tie_band: float) -> list[str]:
-    """Judge this window's mirrored pairs (at most judge_max_pairs_per_step); every outcome so far."""
+def _judge_new_pairs(log_dir: Path, since: float, judge: PairJudge) -> list[str]:
+    """Judge this window's mirrored pairs (at most judge.per_step); every outcome so far."""
     done_path = log_dir / "judged.jsonl"
     done = {r["id"]: r["outcome"] for r in read_jsonl(done_path)}
     new = [r for r in read_jsonl(log_dir / "mirror.jsonl") if r["t"] >= since and r["id"] not in done]
-    new = new[: conf.analysis.judge_max_pairs_per_step]
-    pairs = [Pair(r["id"], r["request"], candidate=r["canary"], baseline=r["champion"]) for r in new]
-    if pairs:
-        _, judged = judge_pairs(judge, pairs, mode=mode, tie_band=tie_band)
-        with done_path.open("a", encoding="utf-8") as f:
-            for j in judged:
-                f.write(json.dumps({"id": j.id, "outcome": j.outcome or "undecided",
-                                    "identical": j.identical}) + "\n")
-                done[j.id] = j.outcome or "undecided"
+    judged = judge.judge(new[: judge.per_step])
+    with done_path.open("a", encoding="utf-8") as f:
+        for j in judged:
+            f.write(json.dumps(j) + "\n")
+            done[j["id"]] = j["outcome"]
     return list(done.values())
 
 
+def _canary_answers(folder: Path, since: float) -> int:
+    return sum(1 for r in read_jsonl(folder / "requests.jsonl") if r["t"] >= since and r["arm"] == "canary")
+
+
 def run_window(*, base_url: str, model_name: str, prompts: list[list[dict[str, str]]], weight: float,
-               step_index: int, conf: RolloutConf, log_dir: str, judge: Chat | None, judge_mode: str = "text",
-               judge_tie_band: float = 0.1, api_key: str | None = None) -> WindowResult:
+               step_index: int, conf: RolloutConf, log_dir: str, judge: PairJudge | None,
+               api_key: str | None = None) -> WindowResult:
     folder, a = Path(log_dir), conf.analysis
     started = time.time()
     sent = ReplayResult()
-    # Rounds until the canary has had its requests: routing is random, so one round of n/w requests
-    # often leaves the canary a sample too small to test. Bounded in count and time.
+    # Rounds until the canary has answered enough (routed and shadowed): routing is random, so one
+    # round often leaves the canary a sample too small to test. Bounded in count and time.
+    share = weight + (1 - weight) * conf.shadow_share
     while True:
-        canary = sum(1 for s in sent.sent if s.arm == "canary")
+        canary = _canary_answers(folder, started)
         room = conf.window_max_requests - len(sent.sent)
         left_s = conf.window_max_s - (time.time() - started)
         if canary >= conf.window_canary_requests or room <= 0 or left_s <= 0:
             break
-        n = min(room, math.ceil((conf.window_canary_requests - canary) / max(weight, 1e-9)))
+        n = min(room, math.ceil((conf.window_canary_requests - canary) / max(share, 1e-9)))
         more = replay(base_url, prompts[len(sent.sent) % len(prompts):] + prompts, model=model_name,
                       rate_per_s=conf.replay_rate_per_s, concurrency=conf.replay_concurrency,
                       max_requests=n, max_s=left_s, max_tokens=conf.replay_max_tokens, api_key=api_key)
         sent.sent += more.sent
+        _wait_for_mirrors(base_url)  # the shadowed answers are in the log before they are counted
     sent.wall_s = time.time() - started
     _wait_for_mirrors(base_url)
     records = read_jsonl(folder / "requests.jsonl")
@@ -113,7 +113,7 @@ def run_window(*, base_url: str, model_name: str, prompts: list[list[dict[str, s
     ]
     if judge is not None:
         try:
-            outcomes = _judge_new_pairs(folder, started, judge, conf, judge_mode, judge_tie_band)
+            outcomes = _judge_new_pairs(folder, started, judge)
             measurements.append(analysis.judge_pairs(outcomes, a))
         except Exception as exc:  # the judge down is an error measurement, not a crash of the rollout
             measurements.append(Measurement("judge", "error", f"{type(exc).__name__}: {str(exc)[:300]}"))

@@ -76,7 +76,7 @@ def _arm(spec: ServingSpec, role: str, arm: ArmSpec, replicas: int, faults: dict
     ).bind(*args)
 
 
-def build(spec: ServingSpec, *, weight: float, mirror_share: float) -> Any:
+def build(spec: ServingSpec, *, weight: float, mirror_share: float, shadow_share: float) -> Any:
     champion = _arm(spec, "champion", spec.champion, spec.champion_replicas, {})
     canary = (_arm(spec, "canary", spec.canary, spec.canary_replicas, spec.canary_faults)
               if spec.canary is not None else None)
@@ -84,19 +84,21 @@ def build(spec: ServingSpec, *, weight: float, mirror_share: float) -> Any:
                 if k in ("log_dir", "api_key_env", "default_max_tokens", "max_tokens", "max_prompt_chars")}
     settings["model_names"] = list(spec.model_names)
     return Router.options(
-        user_config={"canary_weight": weight if canary is not None else 0.0, "mirror_share": mirror_share},
+        user_config={"canary_weight": weight if canary is not None else 0.0, "mirror_share": mirror_share,
+                     "shadow_share": shadow_share},
         ray_actor_options={"num_cpus": spec.router_cpus},
         version=_version(settings, spec.champion, spec.canary, spec.router_cpus), _internal=True,
     ).bind(champion, canary, settings)
 
 
-def deploy(spec: ServingSpec, *, weight: float = 0.0, mirror_share: float = 0.0,
+def deploy(spec: ServingSpec, *, weight: float = 0.0, mirror_share: float = 0.0, shadow_share: float = 0.0,
            timeout_s: float = 300) -> str:
     """Deploy (or update) the app and wait until it answers; returns its base URL."""
     if spec.host not in ("127.0.0.1", "localhost", "::1"):
         raise ValueError(f"serving.host {spec.host!r}: this server binds loopback only")
     serve.start(http_options={"host": spec.host, "port": spec.port}, detached=False)
-    serve.run(build(spec, weight=weight, mirror_share=mirror_share), name=spec.app_name,
+    serve.run(build(spec, weight=weight, mirror_share=mirror_share, shadow_share=shadow_share),
+              name=spec.app_name,
               route_prefix="/", blocking=False)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

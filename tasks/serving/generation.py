@@ -100,6 +100,20 @@ class Generator:
             probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_p[keep])
         return int(torch.multinomial(probs, 1, generator=gen))
 
+    def score(self, p: Prompt, answer: str) -> tuple[float, int] | None:
+        """Mean negative log-likelihood per token (nats) of `answer` as this model's reply to `p`,
+        and its token count; None for an empty answer. One teacher-forced forward pass: the
+        rollout's judge reads the champion's score of both answers of a mirrored pair."""
+        prompt = self._input_ids(p)
+        reply = self.tok(answer, add_special_tokens=False)["input_ids"]
+        if not reply:
+            return None
+        ids = torch.cat([prompt, torch.tensor([reply], dtype=torch.long)], dim=1)
+        with self.lock, torch.inference_mode():
+            logits = self.model(input_ids=ids, use_cache=True).logits[0, prompt.shape[1] - 1: -1].float()
+        logp = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(reply)[:, None])
+        return float(-logp.mean()), len(reply)
+
     def stream(self, p: Prompt, out: Generation) -> Iterator[Token]:
         with self.lock:
             out.started_at = time.perf_counter()

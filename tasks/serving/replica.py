@@ -51,6 +51,11 @@ class ModelReplica:
         text = "".join(t.text for t in self.gen.stream(prompt, out))
         return {"text": text, **stats(out, start)}
 
+    def score(self, prompt: Prompt, answers: list[str]) -> list[float | None]:
+        """Each answer's mean NLL per token under this replica's model (no faults: a judge's view);
+        one call per pair, so Ray Serve's request counter reads calls = answers + pairs scored."""
+        return [None if (s := self.gen.score(prompt, a)) is None else s[0] for a in answers]
+
     def stream(self, prompt: Prompt) -> Iterator[dict[str, Any]]:
         """{"delta": text} per token, then {"done": stats}."""
         start, out = time.perf_counter(), Generation()

@@ -4,9 +4,16 @@ The weight and the mirror share live in this deployment's `user_config`: the rol
 with a light in-place update (`reconfigure`), every router replica gets the same value, and a
 replica the controller restarts starts from it, never from a default in its own memory.
 
-A mirrored request (a share of those routed to the canary) is also sent to the champion once the
-canary has answered; the user gets the canary's answer, both go to the mirror log for the judge.
-Every request, routed or mirrored, is one line in the request log (the window the rollout analyses),
+Two copies of a request that no user sees, both flagged `mirror` in the request log:
+- mirror: a share of the requests routed to the canary is also sent to the champion once the canary
+  has answered (the user gets the canary's answer);
+- shadow: a share of the requests routed to the champion is also sent to the canary at the same
+  moment (Argo Rollouts' setMirrorRoute, Istio's mirroring): at a 5 % step the canary gets a sample
+  large enough to test without more users seeing its answers; on a CPU it runs on the core the
+  idle canary would leave unused.
+Each pair of answers goes to the mirror log with the champion's score of both (mean negative
+log-likelihood per token under the champion's model: the rollout's likelihood judge).
+Every request, routed or copied, is one line in the request log (the window the rollout analyses),
 every text field redacted before it is written.
 """
 
@@ -60,13 +67,14 @@ class Router:
         self.s = settings
         self.log_dir = Path(settings["log_dir"])
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.weight, self.mirror_share = 0.0, 0.0
+        self.weight, self.mirror_share, self.shadow_share = 0.0, 0.0, 0.0
         self.rng = random.Random()
         self.background: set[asyncio.Task] = set()
 
     def reconfigure(self, config: dict[str, Any]) -> None:
         self.weight = float(config.get("canary_weight", 0.0)) if "canary" in self.arms else 0.0
         self.mirror_share = float(config.get("mirror_share", 0.0))
+        self.shadow_share = float(config.get("shadow_share", 0.0)) if "canary" in self.arms else 0.0
 
     def _authorize(self, request: Request) -> None:
         key = os.environ.get(self.s["api_key_env"] or "", "") if self.s.get("api_key_env") else ""
@@ -85,23 +93,55 @@ class Router:
                                            "prompt_tokens")}
         _append(self.log_dir / "requests.jsonl", rec)
 
-    async def _mirror(self, p: Prompt, request_id: str, canary_text: str) -> None:
+    def _background(self, coro: Any) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.background.add(task)
+        task.add_done_callback(self.background.discard)
+        return task
+
+    async def _copy(self, arm: str, p: Prompt, request_id: str) -> dict[str, Any] | None:
+        """The other arm's answer to a request a user got from one arm: logged, never returned."""
         started, result, error = time.perf_counter(), None, None
         try:
-            result = await self.arms["champion"].generate.remote(p)
-        except Exception as exc:  # a mirror failure is recorded, never the user's problem
+            result = await self.arms[arm].generate.remote(p)
+        except Exception as exc:  # a copy's failure is recorded, never the user's problem
             error = f"{type(exc).__name__}: {str(exc)[:200]}"
-        self._log("champion", p, request_id, 500 if error else 200, result, error, True, started)
-        if result is not None:
-            _append(self.log_dir / "mirror.jsonl", {
-                "id": request_id, "t": time.time(), "request": _prompt_text(p),
-                "canary": redact(canary_text).text, "champion": redact(result["text"]).text})
+        self._log(arm, p, request_id, 500 if error else 200, result, error, True, started)
+        return result
 
-    def _after_canary(self, arm: str, p: Prompt, request_id: str, text: str) -> None:
-        if arm == "canary" and self.rng.random() < self.mirror_share:
-            task = asyncio.get_running_loop().create_task(self._mirror(p, request_id, text))
-            self.background.add(task)
-            task.add_done_callback(self.background.discard)
+    async def _keep_pair(self, p: Prompt, request_id: str, source: str, canary: str, champion: str) -> None:
+        try:  # the champion's model scores both answers: the likelihood judge's evidence
+            nll = await self.arms["champion"].score.remote(p, [canary, champion])
+        except Exception:  # a pair without scores still serves an LLM judge
+            nll = [None, None]
+        _append(self.log_dir / "mirror.jsonl", {
+            "id": request_id, "t": time.time(), "source": source, "request": _prompt_text(p),
+            "canary": redact(canary).text, "champion": redact(champion).text,
+            "canary_nll": nll[0], "champion_nll": nll[1]})
+
+    async def _mirror(self, p: Prompt, request_id: str, canary_text: str) -> None:
+        result = await self._copy("champion", p, request_id)
+        if result is not None:
+            await self._keep_pair(p, request_id, "mirror", canary_text, result["text"])
+
+    async def _shadow(self, shadow: asyncio.Task, p: Prompt, request_id: str,
+                      champion_text: str | None) -> None:
+        result = await shadow
+        if result is not None and champion_text is not None:
+            await self._keep_pair(p, request_id, "shadow", result["text"], champion_text)
+
+    def _start_shadow(self, arm: str, p: Prompt, request_id: str) -> asyncio.Task | None:
+        """Sent with the champion's request, not after it: both arms work on it at the same time."""
+        if arm != "champion" or self.rng.random() >= self.shadow_share:
+            return None
+        return self._background(self._copy("canary", p, request_id))
+
+    def _after_answer(self, arm: str, p: Prompt, request_id: str, text: str | None,
+                      shadow: asyncio.Task | None) -> None:
+        if shadow is not None:
+            self._background(self._shadow(shadow, p, request_id, text))
+        elif arm == "canary" and text is not None and self.rng.random() < self.mirror_share:
+            self._background(self._mirror(p, request_id, text))
 
     async def _handle(self, request: Request, kind: str) -> Any:
         started, request_id = time.perf_counter(), uuid.uuid4().hex
@@ -116,28 +156,31 @@ class Router:
         except ApiError as exc:
             return JSONResponse(exc.body(), status_code=exc.status)
         arm = "canary" if self.rng.random() < self.weight else "champion"
-        headers = {"x-quantgate-arm": arm, "x-request-id": request_id}
+        headers = {"x-quantgate-arm": arm, "x-quantgate-request-id": request_id}
+        shadow = self._start_shadow(arm, p, request_id)
         if req.stream:
-            return await self._stream(arm, p, req.model, request_id, started, headers)
+            return await self._stream(arm, p, req.model, request_id, started, headers, shadow)
         try:
             result = await self.arms[arm].generate.remote(p)
         except Exception as exc:
             self._log(arm, p, request_id, 500, None, type(exc).__name__, False, started)
+            self._after_answer(arm, p, request_id, None, shadow)
             return JSONResponse(ApiError(500, f"the {arm} replica failed: {str(exc)[-300:]}",
                                          type="server_error").body(), status_code=500, headers=headers)
         self._log(arm, p, request_id, 200, result, None, False, started)
-        self._after_canary(arm, p, request_id, result["text"])
+        self._after_answer(arm, p, request_id, result["text"], shadow)
         body = completion_body(kind, req.model, result["text"], result["finish"], result["prompt_tokens"],
                                result["completion_tokens"])
         return JSONResponse(body, headers=headers)
 
     async def _stream(self, arm: str, p: Prompt, model: str, request_id: str, started: float,
-                      headers: dict[str, str]) -> Any:
+                      headers: dict[str, str], shadow: asyncio.Task | None) -> Any:
         gen = self.arms[arm].options(stream=True).stream.remote(p)
         try:  # the first item before the 200: a replica that fails at once gets a proper 500
             first = await gen.__anext__()
         except Exception as exc:
             self._log(arm, p, request_id, 500, None, type(exc).__name__, False, started)
+            self._after_answer(arm, p, request_id, None, shadow)
             return JSONResponse(ApiError(500, f"the {arm} replica failed: {str(exc)[-300:]}",
                                          type="server_error").body(), status_code=500, headers=headers)
         chunk_id = f"{'chatcmpl' if p.kind == 'chat' else 'cmpl'}-{request_id}"
@@ -159,8 +202,7 @@ class Router:
             yield "data: [DONE]\n\n"
             self._log(arm, p, request_id, 500 if error else 200, None if error else done, error, False,
                       started)
-            if not error:
-                self._after_canary(arm, p, request_id, "".join(parts))
+            self._after_answer(arm, p, request_id, None if error else "".join(parts), shadow)
 
         return StreamingResponse(events(), media_type="text/event-stream", headers=headers)
 
@@ -183,5 +225,6 @@ class Router:
 
     @api.get("/quantgate/routing")
     async def routing(self) -> dict[str, Any]:
-        return {"canary_weight": self.weight, "mirror_share": self.mirror_share, "arms": sorted(self.arms),
+        return {"canary_weight": self.weight, "mirror_share": self.mirror_share,
+                "shadow_share": self.shadow_share, "arms": sorted(self.arms),
                 "mirrors_in_flight": len(self.background), "pid": os.getpid()}

@@ -1,14 +1,26 @@
 """Each metric's measurement on request records whose right answer is known."""
 
+import itertools
+
 from quantgate.conf.rollout import AnalysisConf
 from quantgate.tasks.rollout.analysis import error_rate, judge_pairs, rank_test
+from quantgate.tasks.rollout.pair_judge import LikelihoodJudge
 
 CONF = AnalysisConf()
+_ids = itertools.count()
 
 
-def rec(arm: str, status: int = 200, total: float = 0.1, weight: float = 0.25, mirror: bool = False) -> dict:
-    return {"arm": arm, "status": status, "total_s": total, "tpot_s": total / 10, "weight": weight,
-            "mirror": mirror}
+def rec(arm: str, status: int = 200, total: float = 0.1, weight: float = 0.25, mirror: bool = False,
+        id: str | None = None) -> dict:
+    return {"id": id or f"r{next(_ids)}", "arm": arm, "status": status, "total_s": total,
+            "tpot_s": total / 10, "weight": weight, "mirror": mirror}
+
+
+def shadowed(canary_status: int, champion_status: int = 200, weight: float = 0.05) -> list[dict]:
+    """A request routed to the champion and copied to the canary at once: two records, one id."""
+    i = f"s{next(_ids)}"
+    return [rec("champion", champion_status, weight=weight, id=i),
+            rec("canary", canary_status, weight=weight, mirror=True, id=i)]
 
 
 def test_error_rate_fails_a_canary_that_errs_and_passes_a_clean_one():
@@ -23,6 +35,34 @@ def test_error_rate_fails_a_canary_that_errs_and_passes_a_clean_one():
     # mirrored champion calls are not routed: they never count
     mirrored = clean + [rec("champion", 500, mirror=True) for _ in range(5)]
     assert error_rate(mirrored, CONF).value["champion_rate"] == 0
+
+
+def test_shadowed_failures_fail_a_canary_that_users_barely_reach():
+    # At 5 % no routed canary request failed; its shadowed copies fail while the champion answers.
+    clean = [rec("champion", weight=0.05) for _ in range(40)]
+    good = clean + [r for _ in range(30) for r in shadowed(200)]
+    assert error_rate(good, CONF).phase == "successful"
+    bad = clean + [r for i in range(30) for r in shadowed(500 if i % 3 == 0 else 200)]
+    m = error_rate(bad, CONF)
+    assert m.phase == "failed" and m.value["canary_errors"] == 10 and m.value["canary_requests"] == 30
+    # both failing on the same requests (a bad prompt, say) is no evidence against the canary
+    same = clean + [r for i in range(30) for r in shadowed(500 if i < 3 else 200, 500 if i < 3 else 200)]
+    assert error_rate(same, CONF).value["e_value"] <= 1.0
+
+
+def test_likelihood_judge_reads_the_champions_scores():
+    judge = LikelihoodJudge(tie_band=1.0)
+    pairs = [{"id": "same", "canary": "Paris.", "champion": " Paris. ", "canary_nll": None,
+              "champion_nll": 0.4},
+             {"id": "close", "canary": "It is Paris", "champion": "Paris", "canary_nll": 0.9,
+              "champion_nll": 0.4},
+             {"id": "garbage", "canary": "nud sacs biking", "champion": "Paris", "canary_nll": 14.1,
+              "champion_nll": 0.4},
+             {"id": "better", "canary": "Paris", "champion": "Lyon?", "canary_nll": 0.3, "champion_nll": 2.5},
+             {"id": "unscored", "canary": "Paris!", "champion": "Paris", "canary_nll": None,
+              "champion_nll": 0.4}]
+    got = {j["id"]: j["outcome"] for j in judge.judge(pairs)}
+    assert got == {"same": "tie", "close": "tie", "garbage": "loss", "better": "win", "unscored": "undecided"}
 
 
 def test_rank_test_tolerates_noise_and_fails_real_slowness():

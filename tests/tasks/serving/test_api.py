@@ -137,6 +137,42 @@ def test_weight_change_is_a_light_update(served):
     deploy(spec, weight=0.5, mirror_share=1.0)
 
 
+def test_shadow_copies_champion_traffic_to_the_canary_and_scores_each_pair(served):
+    """At weight 0 with shadow_share 1 no user gets the canary's answer, yet every request reaches it;
+    each pair is kept with the champion's score of both answers, the canary's own answer included."""
+    from quantgate.tasks.rollout.window import read_jsonl
+    from quantgate.tasks.serving.app import deploy
+
+    spec, url, logs = served
+    deploy(spec, weight=0.0, mirror_share=1.0, shadow_share=1.0)
+    try:
+        ids = []
+        for i in range(3):
+            r = httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+                "model": "tiny", "messages": [{"role": "user", "content": f"shadow {i}"}], "max_tokens": 4})
+            assert r.status_code == 200 and r.headers["x-quantgate-arm"] == "champion"
+            ids.append(r.headers["x-quantgate-request-id"])
+        wait_idle(url)
+        records = [r for r in read_jsonl(logs / "requests.jsonl") if r["id"] in ids]
+        assert sorted((r["arm"], r["mirror"]) for r in records) == (
+            [("canary", True)] * 3 + [("champion", False)] * 3)
+        pairs = {r["id"]: r for r in read_jsonl(logs / "mirror.jsonl") if r["id"] in ids}
+        assert set(pairs) == set(ids) and {r["source"] for r in pairs.values()} == {"shadow"}
+        for r in pairs.values():  # a greedy answer is the model's likeliest: a finite, positive NLL
+            assert 0 < r["champion_nll"] < 50 and 0 < r["canary_nll"] < 50
+    finally:
+        deploy(spec, weight=0.5, mirror_share=1.0)
+
+
+def wait_idle(url: str) -> None:
+    import time
+
+    deadline = time.monotonic() + 60
+    while httpx.get(f"{url}/quantgate/routing", timeout=10).json()["mirrors_in_flight"] and \
+            time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def test_ray_serve_metrics_count_what_each_deployment_served(served):
     """Per-deployment figures come from Ray Serve's own Prometheus series: once the replicas have
     reported, they count exactly the calls the router's request log recorded for each arm."""
@@ -153,6 +189,7 @@ def test_ray_serve_metrics_count_what_each_deployment_served(served):
     while time.monotonic() < deadline:
         records = read_jsonl(logs / "requests.jsonl")
         logged = {arm: sum(r["arm"] == arm for r in records) for arm in ("champion", "canary")}
+        logged["champion"] += len(read_jsonl(logs / "mirror.jsonl"))  # one scoring call per kept pair
         figures = cluster_metrics(spec.app_name)
         if all(figures.get(arm, {}).get("requests") == n for arm, n in logged.items()):
             break
