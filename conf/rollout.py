@@ -88,7 +88,8 @@ class RolloutConf(Strict):
         "step gets a testable sample without exposing more users")
     failure_limit: Annotated[int, Field(ge=0)] = 0
     inconclusive_limit: Annotated[int, Field(ge=0)] = Field(
-        default=1, description="inconclusive windows repeated at the same weight before pausing")
+        default=2, description="inconclusive windows repeated at the same weight before pausing (three "
+        "windows of 8 give the error-rate threshold its min_error_samples)")
     consecutive_error_limit: Annotated[int, Field(ge=0)] = 4
     pause_timeout_s: Annotated[float, Field(gt=0)] = 3600
     on_pause_timeout: Literal["rollback", "promote", "leave_paused"] = Field(

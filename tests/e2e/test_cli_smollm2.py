@@ -183,9 +183,9 @@ def test_bench_cli_measures_the_run_checkpoints_side_by_side(run):
 
 
 def test_garbage_answers_the_judge_rates_worse_roll_back_at_the_first_step(run):
-    """A drill on the real model with the real judge: the gate's winner goes live at 25 % with every
-    answer replaced by random tokens; the judge, comparing it with the champion on mirrored prompts,
-    rates it worse, and the rollout rolls back at its first step. Runs last: it removes the canary."""
+    """A drill on the real model: the gate's winner goes live at 25 % with every answer replaced by
+    random tokens; the judge (the champion's likelihood of both answers on the same prompts) rates it
+    worse, and the rollout rolls back at its first step. Runs last: it removes the canary."""
     tmp, _, conf, env = run
     client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
     before = aliases(client, "smollm2-135m-instruct")
@@ -200,14 +200,11 @@ def test_garbage_answers_the_judge_rates_worse_roll_back_at_the_first_step(run):
     log = [json.loads(line) for line in log_path.read_text().splitlines()]
     assert [e["weight"] for e in log if e["event"] == "step"] == [0.25]  # no step after the first
     decision = [e for e in log if e["event"] == "decision"][-1]
-    # The judge fails it, or (its 1.5B model leaves most short pairs undecided: swap-inconsistent)
-    # cannot pass it: a step never passes on an inconclusive judge; the pause times out to rollback.
-    assert decision["step"] == 0 and decision["outcome"] in ("failed", "inconclusive")
+    assert decision["step"] == 0 and decision["outcome"] == "failed"
     assert decision["reason"].startswith("judge")
     judged = [e for e in log if e["event"] == "window"][-1]["measurements"]
     verdict = next(m for m in judged if m["metric"] == "judge")["value"]
-    assert verdict["losses"] > verdict["wins"]
+    assert verdict["losses"] >= 4 and verdict["wins"] == 0
     assert [e["event"] for e in log][-2:] == ["rolling_back", "rolled_back"]
     version = client.get_model_version("smollm2-135m-instruct", before["canary"])
-    assert version.tags["rollout.rolled_back"].startswith(("step 1 (25 %) failed: judge",
-                                                           "rollback by the pause timeout"))
+    assert version.tags["rollout.rolled_back"].startswith("step 1 (25 %) failed: judge")

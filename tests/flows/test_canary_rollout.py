@@ -91,10 +91,10 @@ def test_misbehaving_canary_rolls_back_at_the_first_failing_step(tmp_path, tiny_
 
 
 def test_second_rollout_refused_and_kill_minus_9_resumes(tmp_path, tiny_model):
-    # A first step paced to last ~40 s (160 requests at 4/s), whatever the machine's speed: time for
-    # the second rollout to be refused and for the kill to land in the middle of it.
+    # A first step paced to last ~40 s (160 requests at 4/s, no shadow copies), whatever the machine's
+    # speed: time for the second rollout to be refused and for the kill to land in the middle of it.
     conf, client = state_for(tmp_path, tiny_model, window_canary_requests=40, window_max_requests=400,
-                             replay_concurrency=1, replay_rate_per_s=4)
+                             replay_concurrency=1, replay_rate_per_s=4, shadow_share=0.0)
     # Started again with the fixture's small unpaced windows: the same state, a quicker finish.
     raw = yaml.safe_load(conf.read_text())
     raw["rollout"] |= {"window_canary_requests": 4, "window_max_requests": 48, "replay_rate_per_s": 0}

@@ -153,6 +153,20 @@ def test_a_consistent_judge_maps_orders_back_to_the_candidate(server):
     assert len(script.requests) == 6  # identical answers never reach the judge
 
 
+def test_the_rollouts_llm_judge_reads_mirror_records(server):
+    """The canary's pairs as the router logs them, judged in text mode: undecided stays undecided."""
+    from quantgate.tasks.rollout.pair_judge import LlmJudge
+
+    script, url = server
+    script.replies = [_judge_by(lambda a, b: "A" if len(a) > len(b) else "B")] * 4 + [
+        _judge_by(lambda a, b: "A")] * 2
+    records = [{"id": "w", "request": "q", "canary": "a long answer", "champion": "short"},
+               {"id": "l", "request": "q", "canary": "short", "champion": "a long answer"},
+               {"id": "biased", "request": "q", "canary": "x", "champion": "y"}]
+    got = LlmJudge(_endpoint(url), "text", 0.1, per_step=8).judge(records)
+    assert [(j["id"], j["outcome"]) for j in got] == [("w", "win"), ("l", "loss"), ("biased", "undecided")]
+
+
 def test_transcripts_are_redacted(server, tmp_path):
     script, url = server
     script.replies = [_judge_by(lambda a, b: "tie")] * 2
