@@ -1,8 +1,8 @@
 """The ingress: an OpenAI-compatible API that sends each request to `champion` or `canary` by weight.
 
-The weight and the mirror share live in this deployment's `user_config`: the rollout changes them
-with a light in-place update (`reconfigure`), every router replica gets the same value, and a
-replica the controller restarts starts from it, never from a default in its own memory.
+The weight and the mirror and shadow shares live in this deployment's `user_config`: the rollout
+changes them with a light in-place update (`reconfigure`), every router replica gets the same value,
+and a replica the controller restarts starts from it, never from a default in its own memory.
 
 Two copies of a request that no user sees, both flagged `mirror` in the request log:
 - mirror: a share of the requests routed to the canary is also sent to the champion once the canary
