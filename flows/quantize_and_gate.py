@@ -342,11 +342,12 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
                           drift=drift, outcome=gate, report=report, bench=bench, flow_run_id=flow_run_id,
                           times=times)
     _gate_report_artifact(config, record, report, times)
-    rollout, note = _rollout(config, gate.decision.winner, record.canary_version, flow_run_id)
+    rollout, note = _rollout(config, gate.decision.winner, record.canary_version, flow_run_id, clock)
     return FlowSummary(report.table_text(), gate.decision.winner, gate.decision.reason,
                        config.model.served_name or model.name, record.tracking_uri, record.experiment_id,
                        record.parent_run_id, record.canary_version, flow_run_id, traffic.quarantine_path,
-                       record.reused, times.table(), rollout, note)
+                       record.reused, run_times(clock.laps, clock.total(), baseline, variants).table(),
+                       rollout, note)
 
 
 def _gate_report_artifact(config: PipelineConfig, record: Any, report: Any, times: Any) -> None:
@@ -358,8 +359,9 @@ def _gate_report_artifact(config: PipelineConfig, record: Any, report: Any, time
 
 
 def _rollout(config: PipelineConfig, winner: str | None, version: str | None,
-             flow_run_id: str) -> tuple[RolloutSummary | None, str]:
-    """The winner's canary rollout, as a subflow, when rollout.auto is on; else why there is none."""
+             flow_run_id: str, clock: Stopwatch) -> tuple[RolloutSummary | None, str]:
+    """The winner's canary rollout, as a subflow, when rollout.auto is on; else why there is none.
+    Its time is the flow's last lap (the gate's published times end before it)."""
     if not config.rollout.auto:
         return None, "rollout.auto is off: `quantgate rollout` starts it"
     if winner is None or version is None:
@@ -367,6 +369,7 @@ def _rollout(config: PipelineConfig, winner: str | None, version: str | None,
     steps = ", ".join(f"{s:g}" for s in config.rollout.steps)
     print(f"[rollout] {winner} (version {version}) behind a canary on Ray Serve: steps {steps} %")
     state = canary_rollout(config, variant=winner, run=flow_run_id, return_state=True)
+    clock.lap("rollout")
     if state.is_failed():
         exc = state.result(raise_on_failure=False)
         return None, f"rollout failed to run: {type(exc).__name__}: {exc}"

@@ -290,3 +290,26 @@ def test_ui_serves_both_and_sigterm_stops_its_servers(tmp_path, tiny_model):
     for port in (prefect, mlflow):
         with socket.socket() as s:
             assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still served"
+
+
+@pytest.mark.timeout(900)
+def test_run_ends_with_the_winners_rollout_when_auto_is_on(tmp_path, tiny_model):
+    """rollout.auto: the flow's last stage rolls the gate's winner out on Ray Serve and prints the
+    decision, its report and where the rollout's time went; the registry ends consistent with it."""
+    conf = yaml.safe_load(_config(tmp_path, tiny_model).read_text())
+    conf["variants"] = [{"name": "int4_gptq", "method": "int4_gptq", "group_size": 32, "num_samples": 4}]
+    conf["long_context"] = {"enabled": False}
+    conf["rollout"] = {"auto": True, "steps": [50, 100], "window_canary_requests": 4, "replay_max_tokens": 6,
+                       "pause_timeout_s": 20, "analysis": {"min_error_samples": 8},
+                       "serving": {"port": free_port(), "replica_cpus": 0.25}}
+    (path := tmp_path / "auto.yaml").write_text(yaml.safe_dump(conf))
+    proc = _cli("run", "--config", str(path))
+    out, _ = proc.communicate(timeout=800)
+    assert proc.returncode == 0, out[-3000:]
+    assert "[rollout] int4_gptq (version" in out and "steps 50, 100 %" in out, out[-3000:]
+    # A random model's budgets are loose (a `pass` verdict): the good canary walks both steps.
+    assert re.search(r"^rollout: promoted: all 2 steps passed", out, re.M), out[-3000:]
+    assert re.search(r"\| rollout \| \d+\.\d \|", out.split("where the time went:")[1])
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}")
+    assert client.get_model_version_by_alias("tiny", "champion").tags["variant"] == "int4_gptq"
+    assert client.get_model_version_by_alias("tiny", "previous-champion").tags["variant"] == "baseline"
