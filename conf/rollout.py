@@ -47,6 +47,9 @@ class AnalysisConf(Strict):
         default=1.25, description="service time: fail when the canary's is significantly above this "
         "multiple of the champion's (one-sided Mann-Whitney)")
     tpot_tolerance: Annotated[float, Field(ge=1)] = 1.25
+    energy_tolerance: Annotated[float, Field(ge=1)] = Field(
+        default=1.25, description="estimated J/token: fail when the canary's is significantly above this "
+        "multiple of the champion's")
     min_latency_samples: Annotated[int, Field(ge=2)] = 4
     judge: Literal["auto", "on", "off"] = Field(
         default="auto", description="judge canary vs champion on mirrored prompts; auto: on when the "

@@ -11,6 +11,10 @@ inconclusive; an exception while measuring is an error).
   champion (routed, mirrored and shadowed requests), by a one-sided Mann-Whitney test of the canary's times
   divided by the tolerance against the champion's: Kayenta's rank test, not a bare p95 ratio. The
   looks are fixed in advance (one per step), so each uses α / len(steps) (Bonferroni).
+- energy: estimated J/token per request (the replica's CPU seconds × the hardware profile's watts
+  per busy core ÷ its tokens; an estimate, as the bench's CPU meter), the same rank test against
+  `energy_tolerance`. Not measured where the profile states no CPU power (GPU profiles: NVML per
+  replica is the cluster's job).
 - judge: mirrored and shadowed pairs of the rollout so far (the same prompt to both; pair_judge.py
   says who judges). Failed when the loss e-value crosses 1/α or the canary loses more than
   `judge_max_loss_share` of at least `judge_min_pairs` pairs; successful when it loses at most
@@ -85,8 +89,12 @@ def _p95(xs: list[float]) -> float:
     return s[min(len(s) - 1, int(0.95 * len(s)))]
 
 
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms"
+
+
 def rank_test(metric: str, key: str, window: list[dict[str, Any]], earlier: list[dict[str, Any]],
-              tolerance: float, alpha_look: float, min_samples: int) -> Measurement:
+              tolerance: float, alpha_look: float, min_samples: int, show: Any = _ms) -> Measurement:
     """Canary's `key` against the champion's in the window (earlier windows' champion times when the
     window has too few: at 100 % only mirrored requests reach the champion)."""
     def times(recs: list[dict[str, Any]], arm: str) -> list[float]:
@@ -102,9 +110,9 @@ def rank_test(metric: str, key: str, window: list[dict[str, Any]], earlier: list
     p = float(mannwhitneyu([c / tolerance for c in canary], champion, alternative="greater").pvalue)
     value |= {"canary_p95": _p95(canary), "champion_p95": _p95(champion),
               "p95_ratio": _p95(canary) / _p95(champion), "p_value": p, "alpha": alpha_look}
-    ratio = f"p95 {value['canary_p95'] * 1000:.0f} ms vs {value['champion_p95'] * 1000:.0f} ms"
+    ratio = f"p95 {show(value['canary_p95'])} vs {show(value['champion_p95'])}"
     if p < alpha_look:
-        return Measurement(metric, "failed", f"{ratio}: canary slower than {tolerance}× the champion "
+        return Measurement(metric, "failed", f"{ratio}: canary above {tolerance}× the champion's "
                            f"(Mann-Whitney p = {p:.2g} < {alpha_look:.3g})", value)
     return Measurement(metric, "successful", f"{ratio} (p = {p:.2g})", value)
 

@@ -17,6 +17,7 @@ def _cell(m: dict[str, Any]) -> str:
     num = {"error_rate": lambda: f"{v.get('canary_errors', 0)}/{v.get('canary_requests', 0)}",
            "latency": lambda: f"×{v['p95_ratio']:.2f}" if "p95_ratio" in v else "n/a",
            "tpot": lambda: f"×{v['p95_ratio']:.2f}" if "p95_ratio" in v else "n/a",
+           "energy": lambda: f"×{v['p95_ratio']:.2f}" if "p95_ratio" in v else "n/a",
            "judge": lambda: f"{v.get('losses', 0)}L/{v.get('ties', 0)}T/{v.get('wins', 0)}W"}
     return f"{m['phase']} {num.get(m['metric'], lambda: '')()}"
 
@@ -29,21 +30,23 @@ def timeline_markdown(entries: list[dict[str, Any]]) -> str:
              f"champion version {ctx['champion_version']}", "",
              f"verdict at the offline gate: **{ctx['verdict']}**; steps {start['steps']} %; "
              f"faults injected: {ctx['faults'] or 'none'}", "",
-             "| t (s) | event | weight | requests | error rate | latency p95 | TPOT p95 | judge | note |",
-             "|---:|---|---:|---:|---|---|---|---|---|"]
+             "| t (s) | event | weight | requests | error rate | latency p95 | TPOT p95 | "
+             "J/token p95 (est.) | judge | note |",
+             "|---:|---|---:|---:|---|---|---|---|---|---|"]
     for e in entries[1:]:
         t = f"{e['t'] - t0:.0f}"
         if e["event"] == "window":
             ms = {m["metric"]: _cell(m) for m in e["measurements"]}
             lines.append(f"| {t} | window | {e['weight']:.0%} | {e['sent']} | {ms.get('error_rate', '')} | "
-                         f"{ms.get('latency', '')} | {ms.get('tpot', '')} | {ms.get('judge', '-')} | "
+                         f"{ms.get('latency', '')} | {ms.get('tpot', '')} | {ms.get('energy', '-')} | "
+                         f"{ms.get('judge', '-')} | "
                          f"{e['statuses']} |")
         else:
             weight = f"{e['weight']:.0%}" if "weight" in e else ""
             note = e.get("reason") or e.get("outcome") or e.get("choice") or ""
             if e["event"] == "decision":
                 note = f"**{e['outcome']}**: {e['reason']}"
-            lines.append(f"| {t} | {e['event']} | {weight} |  |  |  |  |  | {note} |")
+            lines.append(f"| {t} | {e['event']} | {weight} |  |  |  |  |  |  | {note} |")
     return "\n".join(lines + _ray_serve_table(entries)) + "\n"
 
 
@@ -80,6 +83,7 @@ def plot(entries: list[dict[str, Any]], out: Path) -> Path:
     ax2 = ax.twinx()
     for metric, key, label in (("latency", "p95_ratio", "latency p95 ratio"),
                                ("tpot", "p95_ratio", "TPOT p95 ratio"),
+                               ("energy", "p95_ratio", "J/token p95 ratio (estimated)"),
                                ("error_rate", "canary_rate", "canary error rate"),
                                ("judge", "loss_share", "judge loss share")):
         ys = [next((m["value"].get(key) for m in e["measurements"] if m["metric"] == metric), None)

@@ -12,6 +12,7 @@ from typing import Any
 
 from mlflow.tracking import MlflowClient
 
+from quantgate.conf.hardware import hardware_profile
 from quantgate.conf.schema import PipelineConfig
 from quantgate.tasks.registry import champion as registry
 from quantgate.tasks.rollout.analysis import Measurement
@@ -95,7 +96,8 @@ def run_step(config: PipelineConfig, ctx: RolloutContext, k: int, base_url: str,
                    "(a person rolled back)")
             return "failed"
         w = run_window(base_url=base_url, model_name=ctx.served_names[0], prompts=prompts, weight=weight,
-                       step_index=k, conf=conf, log_dir=ctx.log_dir, judge=judge, api_key=api_key)
+                       step_index=k, conf=conf, log_dir=ctx.log_dir, judge=judge, api_key=api_key,
+                       watts_per_busy_core=hardware_profile(config.bench.hardware).watts_per_busy_core)
         windows.append(w.measurements)
         # Ray Serve's own per-deployment counters and latency histogram, cumulative, beside the
         # window's per-request samples (the operator's view; the analysis reads the samples).

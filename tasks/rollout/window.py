@@ -77,9 +77,13 @@ def _canary_answers(folder: Path, since: float) -> int:
     return sum(1 for r in read_jsonl(folder / "requests.jsonl") if r["t"] >= since and r["arm"] == "canary")
 
 
+def _joules(j: float) -> str:
+    return f"{j:.3f} J/token"
+
+
 def run_window(*, base_url: str, model_name: str, prompts: list[list[dict[str, str]]], weight: float,
                step_index: int, conf: RolloutConf, log_dir: str, judge: PairJudge | None,
-               api_key: str | None = None) -> WindowResult:
+               api_key: str | None = None, watts_per_busy_core: float | None = None) -> WindowResult:
     folder, a = Path(log_dir), conf.analysis
     started = time.time()
     sent = ReplayResult()
@@ -111,6 +115,12 @@ def run_window(*, base_url: str, model_name: str, prompts: list[list[dict[str, s
         analysis.rank_test("tpot", "tpot_s", window, earlier, a.tpot_tolerance, alpha_look,
                            a.min_latency_samples),
     ]
+    if watts_per_busy_core:
+        for r in records:  # estimated: CPU seconds x the profile's stated power, per generated token
+            if r.get("cpu_s") is not None and r.get("completion_tokens"):
+                r["j_per_token"] = r["cpu_s"] * watts_per_busy_core / r["completion_tokens"]
+        measurements.append(analysis.rank_test("energy", "j_per_token", window, earlier, a.energy_tolerance,
+                                               alpha_look, a.min_latency_samples, show=_joules))
     if judge is not None:
         try:
             outcomes = _judge_new_pairs(folder, started, judge)

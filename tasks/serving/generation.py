@@ -64,6 +64,7 @@ class Generation:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     started_at: float | None = None  # when this request got the replica (queueing excluded)
+    cpu_started_at: float | None = None  # this process's CPU clock then (one request at a time)
     first_token_at: float | None = None
     finish: str = "length"
 
@@ -116,7 +117,7 @@ class Generator:
 
     def stream(self, p: Prompt, out: Generation) -> Iterator[Token]:
         with self.lock:
-            out.started_at = time.perf_counter()
+            out.started_at, out.cpu_started_at = time.perf_counter(), time.process_time()
             fail, garble = self.rng.random() < self.faults.errors, self.rng.random() < self.faults.garbage
             if self.faults.latency_ms:
                 time.sleep(self.faults.latency_ms / 1000)

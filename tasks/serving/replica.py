@@ -27,7 +27,10 @@ def stats(gen: Generation, start: float) -> dict[str, Any]:
     ttft = (gen.first_token_at - began) if gen.first_token_at else None
     tpot = ((end - gen.first_token_at) / (gen.completion_tokens - 1)
             if gen.first_token_at and gen.completion_tokens > 1 else None)
-    return {"finish": gen.finish, "prompt_tokens": gen.prompt_tokens,
+    # CPU seconds of this replica's process while it served the request (all its threads; requests
+    # never overlap, the generator's lock): the rollout's estimated J/token reads them.
+    cpu_s = time.process_time() - gen.cpu_started_at if gen.cpu_started_at is not None else None
+    return {"finish": gen.finish, "prompt_tokens": gen.prompt_tokens, "cpu_s": cpu_s,
             "completion_tokens": gen.completion_tokens, "ttft_s": ttft, "tpot_s": tpot,
             "total_s": end - began, "queue_s": began - start}
 

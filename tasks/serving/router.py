@@ -89,8 +89,8 @@ class Router:
         rec = {"id": request_id, "t": time.time(), "arm": arm, "mirror": mirror, "status": status,
                "error": error, "weight": self.weight, "e2e_s": time.perf_counter() - started}
         if result:
-            rec |= {k: result[k] for k in ("total_s", "queue_s", "ttft_s", "tpot_s", "completion_tokens",
-                                           "prompt_tokens")}
+            rec |= {k: result.get(k) for k in ("total_s", "queue_s", "ttft_s", "tpot_s", "completion_tokens",
+                                               "prompt_tokens", "cpu_s")}
         _append(self.log_dir / "requests.jsonl", rec)
 
     def _background(self, coro: Any) -> asyncio.Task:

@@ -54,6 +54,9 @@ def test_good_canary_is_promoted_then_promote_and_rollback_are_idempotent(tmp_pa
     log = rollout_log(tmp_path)
     assert [e["weight"] for e in log if e["event"] == "step"] == [0.25, 0.5, 1.0]
     assert [e["event"] for e in log][-2:] == ["promoting", "promoted"]
+    measured = {m["metric"]: m for e in log if e["event"] == "window" for m in e["measurements"]}
+    assert set(measured) == {"error_rate", "latency", "tpot", "energy"}  # no judge: a `pass` variant
+    assert "J/token" in measured["energy"]["reason"] and measured["energy"]["value"]["champion_p95"] > 0
     run = rollout_run(client)
     assert run.data.tags["rollout.outcome"] == "promoted"
     assert {a.path for a in client.list_artifacts(run.info.run_id, "rollout")} >= {

@@ -156,6 +156,7 @@ def test_shadow_copies_champion_traffic_to_the_canary_and_scores_each_pair(serve
         records = [r for r in read_jsonl(logs / "requests.jsonl") if r["id"] in ids]
         assert sorted((r["arm"], r["mirror"]) for r in records) == (
             [("canary", True)] * 3 + [("champion", False)] * 3)
+        assert all(r["cpu_s"] > 0 for r in records)  # each replica's CPU time: the estimated J/token
         pairs = {r["id"]: r for r in read_jsonl(logs / "mirror.jsonl") if r["id"] in ids}
         assert set(pairs) == set(ids) and {r["source"] for r in pairs.values()} == {"shadow"}
         for r in pairs.values():  # a greedy answer is the model's likeliest: a finite, positive NLL
