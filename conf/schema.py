@@ -21,6 +21,7 @@ from quantgate.conf.base import Strict
 from quantgate.conf.evals.catalogue import local_tasks, unknown_tasks
 from quantgate.conf.hardware import load_profiles
 from quantgate.conf.methods import VariantSpec
+from quantgate.conf.operations import DeployConf, DriftConf
 from quantgate.conf.rollout import RolloutConf
 
 
@@ -297,6 +298,7 @@ class RuntimeConf(Strict):
     state_dir: Path = Path(".quantgate")
     ray_num_cpus: Annotated[int, Field(ge=1)] = 2
     ray_address: str = "local"
+    ray_port: int = Field(default=6379, description="`quantgate up`'s Ray head (a free port if busy)")
     prefect_port: int = 4200
     mlflow_ui_port: int = Field(default=5000, description="`quantgate ui`; a free port is used if busy")
     mlflow_tracking_uri: str | None = Field(
@@ -319,6 +321,8 @@ class PipelineConfig(Strict):
     plan: PlanConf = PlanConf()
     gate: GateConf = GateConf()
     rollout: RolloutConf = RolloutConf()
+    drift: DriftConf = DriftConf()
+    deploy: DeployConf = DeployConf()
     runtime: RuntimeConf = RuntimeConf()
 
     @model_validator(mode="after")

@@ -20,7 +20,7 @@ from prefect.flow_runs import pause_flow_run
 from prefect.settings import PREFECT_API_URL
 
 from quantgate.conf.schema import PipelineConfig
-from quantgate.tasks.rollout.context import RolloutContext, registered_model
+from quantgate.tasks.rollout.context import AlreadyChampion, RolloutContext, registered_model
 from quantgate.tasks.rollout.pair_judge import PairJudge
 from quantgate.tasks.rollout.progress import Action
 from quantgate.tasks.rollout.stages import (
@@ -77,10 +77,14 @@ def _walk(config: PipelineConfig, ctx: RolloutContext, action: Action, url: str,
 
 @flow(name="canary_rollout", log_prints=True)
 def canary_rollout(config: PipelineConfig, variant: str | None = None, run: str | None = None,
-                   inject: dict[str, float] | None = None) -> RolloutSummary:
+                   inject: dict[str, float] | None = None) -> RolloutSummary | None:
     keep_stop_handlers()
     with rollout_lock(config, registered_model(config, run)):
-        ctx = prepare_task(config=config, variant=variant, run=run, faults=inject or {})
+        try:
+            ctx = prepare_task(config=config, variant=variant, run=run, faults=inject or {})
+        except AlreadyChampion as exc:  # e.g. a second gate event for the same winner
+            print(f"rollout: nothing to do: {exc}")
+            return None
         steps = ", ".join(f"{s:g}" for s in config.rollout.steps)
         print(f"rollout {ctx.rollout_id}{' (resumed)' if ctx.resumed else ''}: {ctx.variant} version "
               f"{ctx.canary_version} ({ctx.verdict}) against champion version {ctx.champion_version}; "

@@ -7,6 +7,8 @@
     quantgate ui [--config FILE]      # Prefect UI + MLflow UI over the run state
     quantgate rollout [--variant NAME] [--run ID] [--inject errors=0.2]  # canary on Ray Serve
     quantgate promote | rollback | status [--run ID]
+    quantgate up | down               # Prefect, MLflow and a Ray head on 127.0.0.1, kept across runs
+    quantgate deploy [--config FILE]  # weekly quantize_and_gate, hourly drift_watch, triggered rollout
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from pathlib import Path
 from quantgate.conf.load import ConfigError, load_config
 from quantgate.conf.schema import PipelineConfig
 from quantgate.flows.bench_cli import add_parser as add_bench_parser
+from quantgate.flows.ops_cli import add_parsers as add_ops_parsers
 from quantgate.flows.rollout_cli import add_parsers as add_rollout_parsers
 from quantgate.tasks.runtime.child_process import free_port
 from quantgate.tasks.runtime.servers import configure_process_env, port_free, prefect_server, ray_cluster
+from quantgate.tasks.runtime.stack import use_stack
 from quantgate.tasks.runtime.stop import install_stop_handlers, stop_requested, stop_signal
 
 
@@ -40,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--name", default="scheduled", help="deployment name")
     add_bench_parser(sub)
     add_rollout_parsers(sub)
+    add_ops_parsers(sub)
     val = sub.add_parser("validate", help="load and validate a config, print it")
     val.add_argument("--config", type=Path)
     ui = sub.add_parser("ui", help="serve the Prefect and MLflow UIs over past runs")
@@ -71,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     state = config.runtime.state_dir.resolve()
     state.mkdir(parents=True, exist_ok=True)
     env = configure_process_env(state, offline=config.runtime.offline)
+    if args.command in ("up", "down", "deploy"):
+        from quantgate.flows.ops_cli import run_ops
+
+        return run_ops(args, config, state, env)
+    config = _on_stack(config, state)
     if args.command == "ui":
         return _serve_ui(config, state)
     if args.command == "bench":
@@ -88,6 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         return _serve_schedule(config, state, env, cron=args.cron, name=args.name)
     return _run(config, state, env)
+
+
+def _on_stack(config: PipelineConfig, state: Path) -> PipelineConfig:
+    """With `quantgate up`'s stack running, the command uses its servers and its Ray head."""
+    live = use_stack(state)
+    if "ray" not in live or config.runtime.ray_address != "local":
+        return config
+    return config.model_copy(update={"runtime": config.runtime.model_copy(
+        update={"ray_address": live["ray"].address})})
 
 
 def _stopped(start: float) -> int:

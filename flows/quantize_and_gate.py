@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, runtime
@@ -39,9 +40,10 @@ from quantgate.tasks.perf.plan import RunPlan
 from quantgate.tasks.perf.report import artifact_links
 from quantgate.tasks.perf.stages import bench_task, plan_task
 from quantgate.tasks.quantize.stages import quantize_task
-from quantgate.tasks.registry.stages import publish_task
+from quantgate.tasks.registry.stages import announce_gate_task, publish_task
 from quantgate.tasks.rollout.stages import RolloutSummary
 from quantgate.tasks.runtime.clock import Stopwatch
+from quantgate.tasks.runtime.events import GATE_PASSED
 from quantgate.tasks.runtime.stop import keep_stop_handlers
 from quantgate.tasks.traffic.prepare import PreparedTraffic
 from quantgate.tasks.traffic.stages import prepare_traffic_task
@@ -289,8 +291,12 @@ def _baseline(model: ModelRef, ppl: PrefectFuture[Any], tasks: PrefectFuture[Any
 
 
 @flow(name="quantize_and_gate", task_runner=RayTaskRunner(), log_prints=True)
-def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
+def quantize_and_gate(config: PipelineConfig, traffic_window: str | None = None) -> FlowSummary:
+    """`traffic_window`: a traffic file in place of traffic.path (the drift event's recent window)."""
     keep_stop_handlers()  # a user's SIGTERM or Ctrl-C stops the run, whatever it is waiting on
+    if traffic_window:
+        window = config.traffic.model_copy(update={"path": Path(traffic_window)})
+        config = config.model_copy(update={"traffic": window})
     state, flow_run_id, clock = str(config.runtime.state_dir.resolve()), str(runtime.flow_run.id), Stopwatch()
     print("[1/7] model: resolving", config.model.name)
     model = resolve_model_task(name=config.model.name, state_dir=state)
@@ -342,6 +348,12 @@ def quantize_and_gate(config: PipelineConfig) -> FlowSummary:
                           drift=drift, outcome=gate, report=report, bench=bench, flow_run_id=flow_run_id,
                           times=times)
     _gate_report_artifact(config, record, report, times)
+    if gate.decision.winner is not None and record.canary_version is not None:
+        event = announce_gate_task(registered_model=config.model.served_name or model.name,
+                                   winner=gate.decision.winner, version=record.canary_version,
+                                   verdict=gate.decision.verdicts[gate.decision.winner].status,
+                                   flow_run_id=flow_run_id, parent_run_id=record.parent_run_id)
+        print(f"      event {GATE_PASSED} ({event}): {gate.decision.winner}, version {record.canary_version}")
     rollout, note = _rollout(config, gate.decision.winner, record.canary_version, flow_run_id, clock)
     return FlowSummary(report.table_text(), gate.decision.winner, gate.decision.reason,
                        config.model.served_name or model.name, record.tracking_uri, record.experiment_id,
@@ -363,7 +375,8 @@ def _rollout(config: PipelineConfig, winner: str | None, version: str | None,
     """The winner's canary rollout, as a subflow, when rollout.auto is on; else why there is none.
     Its time is the flow's last lap (the gate's published times end before it)."""
     if not config.rollout.auto:
-        return None, "rollout.auto is off: `quantgate rollout` starts it"
+        return None, (f"rollout.auto is off: under `quantgate deploy` the gate's event ({GATE_PASSED}) "
+                      "starts the canary_rollout deployment; else `quantgate rollout` starts it")
     if winner is None or version is None:
         return None, "no rollout: the gate chose no winner, the champion stays"
     steps = ", ".join(f"{s:g}" for s in config.rollout.steps)
@@ -373,4 +386,5 @@ def _rollout(config: PipelineConfig, winner: str | None, version: str | None,
     if state.is_failed():
         exc = state.result(raise_on_failure=False)
         return None, f"rollout failed to run: {type(exc).__name__}: {exc}"
-    return state.result(), ""
+    summary = state.result()
+    return summary, "" if summary is not None else f"no rollout: {winner} (version {version}) serves already"

@@ -75,6 +75,8 @@ def run_rollout(args: argparse.Namespace, config: PipelineConfig, state: Path, e
             print(f"error: {kind}{exc}", file=sys.stderr)
             return 1
         summary = st.result()
+        if summary is None:  # the flow printed why: the variant is the champion already
+            return 0
         print_summary(summary, config, server.api_url)
     print(f"wall time: {time.perf_counter() - start:.0f} s")
     return EXIT[summary.outcome]
@@ -87,15 +89,32 @@ def run_manual(args: argparse.Namespace, config: PipelineConfig) -> int:
 
     try:
         if args.command == "status":
-            st = manual.status(config, args.run)
-            print(json.dumps(st, indent=1) if args.json else _status_text(st))
-            return 0
+            return _status(args, config, manual.status)
         result = manual.act(config, args.command, args.run)
     except (RolloutBusy, NoRunRecord, ValueError, LookupError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(f"{args.command}: {result.message}")
     return EXIT[result.did]
+
+
+def _status(args: argparse.Namespace, config: PipelineConfig, read: Any) -> int:
+    """What runs (the stack of `quantgate up`), what the aliases point to, the rollout's state."""
+    from quantgate.flows.ops_cli import stack_lines
+    from quantgate.tasks.registry.run_record import NoRunRecord
+    from quantgate.tasks.runtime.stack import live_stack
+
+    state = config.runtime.state_dir.resolve()
+    try:
+        st = read(config, args.run)
+    except NoRunRecord as exc:
+        st = {"error": str(exc)}
+    if args.json:
+        st["stack"] = {name: s.address for name, s in live_stack(state).items()}
+        print(json.dumps(st, indent=1))
+    else:
+        print("\n".join([*stack_lines(state), st["error"] if "error" in st else _status_text(st)]))
+    return 0
 
 
 def _status_text(st: dict[str, Any]) -> str:

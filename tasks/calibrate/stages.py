@@ -1,5 +1,5 @@
-"""Prefect tasks for calibration: activation statistics of the calibration set, and their drift
-against the previous run's."""
+"""Prefect tasks for calibration: activation statistics of the calibration set, their drift against
+the previous run's, and the drift watch's window, assessment and event."""
 
 from __future__ import annotations
 
@@ -8,14 +8,17 @@ from pathlib import Path
 from prefect import task
 
 from quantgate.conf.schema import CalibrationConf
+from quantgate.tasks.calibrate.drift import DriftReport, assess_drift, record_trigger
 from quantgate.tasks.calibrate.stats import (
     CalibrationResult,
     calibrate_file,
     calibration_dir,
     calibration_drift,
 )
+from quantgate.tasks.calibrate.window import TrafficWindow, cut_window
 from quantgate.tasks.model.source import ModelRef
 from quantgate.tasks.runtime.caching import CACHED
+from quantgate.tasks.runtime.events import DRIFT_DETECTED, emit
 from quantgate.tasks.runtime.threads import set_threads
 from quantgate.tasks.traffic.prepare import PreparedTraffic
 
@@ -40,3 +43,27 @@ def drift_task(*, calibration: CalibrationResult, state_dir: str) -> float | Non
         drift = calibration_drift(previous, calibration.stats_path)
     pointer.write_text(calibration.stats_path)
     return drift
+
+
+@task(name="traffic-window", task_run_name="traffic-window-last-{n}")
+def traffic_window_task(*, source: str, n: int, state_dir: str) -> TrafficWindow:
+    """The last `n` complete lines of the traffic log, as a file of their own."""
+    return cut_window(Path(source), n, Path(state_dir) / "drift" / "windows")
+
+
+@task(name="assess-drift")
+def assess_drift_task(*, reference_stats: str, window_stats: str, window: TrafficWindow, threshold: float,
+                      state_dir: str) -> DriftReport:
+    return assess_drift(reference_stats=reference_stats, window_stats=window_stats, window=window,
+                        threshold=threshold, drift_dir=Path(state_dir) / "drift")
+
+
+@task(name="announce-drift")
+def announce_drift_task(*, report: DriftReport, served_model: str, flow_run_id: str, state_dir: str) -> str:
+    """The drift event (its payload names the window to requantize on and the report), then the
+    marker that keeps the same traffic from triggering again."""
+    event_id = emit(DRIFT_DETECTED, served_model, {
+        "window": report.window.path, "requests": report.window.requests, "score": round(report.score, 4),
+        "threshold": report.threshold, "report": report.report_path}, related_flow_run=flow_run_id)
+    record_trigger(report, Path(state_dir) / "drift")
+    return event_id

@@ -15,6 +15,7 @@ from urllib.parse import unquote, urlparse
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from quantgate.tasks.calibrate.stats import STATS_FILE
 from quantgate.tasks.registry.aliases import move_alias, register_version
 
 CHAMPION, CANARY, PREVIOUS = "champion", "canary", "previous-champion"
@@ -113,3 +114,19 @@ def resolve(client: MlflowClient, model: str, alias: str, cache_dir: Path) -> Re
     tags = client.get_model_version(model, version).tags
     return ResolvedVersion(f"models:/{model}@{alias}", version,
                            local_checkpoint(client, model, version, cache_dir), tags.get("variant", "?"))
+
+
+def champion_calibration(client: MlflowClient, model: str, dest_dir: Path) -> str | None:
+    """The activation statistics of the calibration the champion was made with: an artifact of the
+    pipeline run that registered its version (the parent of the version's run). None when there is no
+    champion yet, or its run kept no statistics (a run from before they were logged)."""
+    version = alias_version(client, model, CHAMPION)
+    if version is None:
+        return None
+    run_id = client.get_model_version(model, version).run_id
+    parent = client.get_run(run_id).data.tags.get("mlflow.parentRunId", run_id)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return client.download_artifacts(parent, STATS_FILE, str(dest_dir))
+    except (MlflowException, OSError):
+        return None

@@ -14,10 +14,12 @@ from quantgate.tasks.calibrate.stats import CalibrationResult
 from quantgate.tasks.gate.stages import GateOutcome, RunReport
 from quantgate.tasks.model.source import ModelRef
 from quantgate.tasks.perf.bench import BenchReport
+from quantgate.tasks.registry.champion import champion_calibration
 from quantgate.tasks.registry.publish import PublishInputs, RunRecord, publish_run
 from quantgate.tasks.registry.run_record import write_run_record
 from quantgate.tasks.registry.tracking import flat_params, tracking_uri
 from quantgate.tasks.runtime.clock import RunTimes
+from quantgate.tasks.runtime.events import GATE_PASSED, emit
 from quantgate.tasks.traffic.prepare import PreparedTraffic
 
 
@@ -52,6 +54,7 @@ def publish_task(*, config: PipelineConfig, model: ModelRef, traffic: PreparedTr
         run_key=run_key(config_json, model, traffic, report.markdown), params=params,
         parent_metrics={k: float(v) for k, v in metrics.items()},
         parent_artifacts=[traffic.quarantine_path, traffic.summary_path, calibration.summary_path,
+                          calibration.stats_path,  # the drift watch compares traffic with it
                           *report.files.values()],
         flow_run_id=flow_run_id,
         child_tags={"energy_method": bench.energy_method, "bench.batch": str(bench.gate_batch)}
@@ -62,3 +65,22 @@ def publish_task(*, config: PipelineConfig, model: ModelRef, traffic: PreparedTr
                          gate_report=report.markdown + "\n## Where the time went\n\n" + times.table())
     write_run_record(state, flow_run_id, model=model, traffic=traffic, outcome=outcome, record=asdict(record))
     return record
+
+
+@task(name="champion-calibration")
+def champion_calibration_task(*, config: PipelineConfig, registered_model: str) -> str | None:
+    """The champion's calibration statistics, fetched from MLflow (None: no champion yet)."""
+    from mlflow.tracking import MlflowClient
+
+    state = config.runtime.state_dir.resolve()
+    client = MlflowClient(tracking_uri(config.runtime.mlflow_tracking_uri, state))
+    return champion_calibration(client, registered_model, state / "drift" / "champion")
+
+
+@task(name="announce-gate")
+def announce_gate_task(*, registered_model: str, winner: str, version: str, verdict: str,
+                       flow_run_id: str, parent_run_id: str) -> str:
+    """A passing gate's event: the canary_rollout deployment's trigger starts the winner's rollout."""
+    return emit(GATE_PASSED, registered_model, {"winner": winner, "version": version, "verdict": verdict,
+                                                "run": flow_run_id, "mlflow_run": parent_run_id},
+                related_flow_run=flow_run_id)

@@ -24,6 +24,10 @@ class NothingToRollOut(LookupError):
     """The run has no such variant, or the gate rejected it (no registered version)."""
 
 
+class AlreadyChampion(NothingToRollOut):
+    """The variant's version serves already (a second gate event for the same winner): nothing to do."""
+
+
 @dataclass(frozen=True)
 class RolloutContext:
     rollout_id: str
@@ -98,7 +102,7 @@ def prepare_rollout(config: PipelineConfig, *, variant: str | None, run: str | N
     version, verdict = _canary_version(client, model, record, variant)
     champion = resolve(client, model, CHAMPION, state / "serving-cache")
     if champion.version == version:
-        raise NothingToRollOut(f"{variant} (version {version}) is the champion already: nothing to do")
+        raise AlreadyChampion(f"{variant} (version {version}) is the champion already: nothing to do")
     canary_path = local_checkpoint(client, model, version, state / "serving-cache")
     exp = ensure_experiment(client, config.runtime.experiment or record["model"]["name"],
                             state / "mlartifacts")

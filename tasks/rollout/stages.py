@@ -18,6 +18,7 @@ from quantgate.tasks.judge.endpoint import judge_endpoint
 from quantgate.tasks.rollout import steps
 from quantgate.tasks.rollout.context import RolloutContext, close_mlflow_run, prepare_rollout
 from quantgate.tasks.rollout.log import RolloutLock, RolloutLog, rollouts_dir
+from quantgate.tasks.rollout.manual import ManualResult, act
 from quantgate.tasks.rollout.pair_judge import LikelihoodJudge, LlmJudge, PairJudge
 from quantgate.tasks.rollout.progress import Action, next_action
 from quantgate.tasks.rollout.report import write_report
@@ -122,3 +123,9 @@ def report_task(*, ctx: RolloutContext) -> RolloutSummary:
     return RolloutSummary(outcome, last.get("reason", ""), ctx.variant, ctx.canary_version,
                           ctx.champion_version, ctx.rollout_id, ctx.mlflow_run_id, ctx.experiment_id,
                           ctx.tracking_uri, str(Path(ctx.log_dir) / "report.md"), png, md)
+
+
+@task(name="manual-rollback", task_run_name="rollback-aliases")
+def manual_rollback_task(*, config: PipelineConfig, run: str | None) -> ManualResult:
+    """`quantgate rollback` as a task: the `rollback` deployment's one step."""
+    return act(config, "rollback", run)
