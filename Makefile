@@ -27,6 +27,7 @@ demo: install
 	$(VENV)/bin/quantgate run
 
 test: install
+	./scripts/system_deps.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
 

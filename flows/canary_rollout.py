@@ -20,6 +20,7 @@ from prefect.flow_runs import pause_flow_run
 from prefect.settings import PREFECT_API_URL
 
 from quantgate.conf.schema import PipelineConfig
+from quantgate.flows.naming import rollout_run_name
 from quantgate.tasks.rollout.context import AlreadyChampion, RolloutContext, registered_model
 from quantgate.tasks.rollout.pair_judge import PairJudge
 from quantgate.tasks.rollout.progress import Action
@@ -75,7 +76,7 @@ def _walk(config: PipelineConfig, ctx: RolloutContext, action: Action, url: str,
         action = next_task(config=config, ctx=ctx)
 
 
-@flow(name="canary_rollout", log_prints=True)
+@flow(name="canary_rollout", flow_run_name=rollout_run_name, log_prints=True)
 def canary_rollout(config: PipelineConfig, variant: str | None = None, run: str | None = None,
                    inject: dict[str, float] | None = None) -> RolloutSummary | None:
     keep_stop_handlers()

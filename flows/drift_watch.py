@@ -13,6 +13,7 @@ from prefect import flow, runtime
 from prefect.artifacts import create_markdown_artifact
 
 from quantgate.conf.schema import PipelineConfig
+from quantgate.flows.naming import drift_run_name
 from quantgate.tasks.calibrate.drift import DriftReport, report_markdown
 from quantgate.tasks.calibrate.stages import (
     announce_drift_task,
@@ -31,7 +32,7 @@ def window_size(config: PipelineConfig) -> int:
     return config.drift.window_requests or round(1.25 * (t.calibration_size + t.heldout_size))
 
 
-@flow(name="drift_watch", flow_run_name="drift-watch", log_prints=True)
+@flow(name="drift_watch", flow_run_name=drift_run_name, log_prints=True)
 def drift_watch(config: PipelineConfig) -> DriftReport | None:
     state, flow_run_id = str(config.runtime.state_dir.resolve()), str(runtime.flow_run.id)
     model = resolve_model_task(name=config.model.name, state_dir=state)

@@ -25,6 +25,7 @@ from prefect_ray.context import remote_options
 from quantgate.conf.methods import VariantSpec
 from quantgate.conf.schema import PipelineConfig
 from quantgate.flows.canary_rollout import canary_rollout
+from quantgate.flows.naming import quantize_run_name
 from quantgate.flows.outcomes import as_finished, outcome, value
 from quantgate.tasks.calibrate.stages import calibrate_task, drift_task
 from quantgate.tasks.evaluate.stages import evaluate_task, lmeval_task, long_context_task
@@ -290,7 +291,7 @@ def _baseline(model: ModelRef, ppl: PrefectFuture[Any], tasks: PrefectFuture[Any
     return baseline
 
 
-@flow(name="quantize_and_gate", task_runner=RayTaskRunner(), log_prints=True)
+@flow(name="quantize_and_gate", flow_run_name=quantize_run_name, task_runner=RayTaskRunner(), log_prints=True)
 def quantize_and_gate(config: PipelineConfig, traffic_window: str | None = None) -> FlowSummary:
     """`traffic_window`: a traffic file in place of traffic.path (the drift event's recent window)."""
     keep_stop_handlers()  # a user's SIGTERM or Ctrl-C stops the run, whatever it is waiting on

@@ -7,10 +7,11 @@ from __future__ import annotations
 from prefect import flow
 
 from quantgate.conf.schema import PipelineConfig
+from quantgate.flows.naming import rollback_run_name
 from quantgate.tasks.rollout.stages import manual_rollback_task
 
 
-@flow(name="rollback", flow_run_name="rollback", log_prints=True)
+@flow(name="rollback", flow_run_name=rollback_run_name, log_prints=True)
 def rollback(config: PipelineConfig, run: str | None = None) -> str:
     result = manual_rollback_task(config=config, run=run)
     print(f"rollback: {result.did}: {result.message}")

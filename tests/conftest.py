@@ -29,3 +29,13 @@ def tiny_model(tmp_path_factory) -> str:
     from factories import tiny_llama
 
     return str(tiny_llama(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The browser test's screenshots, by path: CI's output says where to look."""
+    from browser import TAKEN
+
+    if TAKEN:
+        terminalreporter.write_sep("-", "screenshots of the Prefect and MLflow UIs")
+        for path in TAKEN:
+            terminalreporter.write_line(str(path))

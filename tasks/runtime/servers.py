@@ -64,6 +64,13 @@ def _healthy(api_url: str) -> bool:
         return False
 
 
+def ui_api_env(port: int) -> dict[str, str]:
+    """The Prefect UI asks the API at PREFECT_UI_API_URL, which defaults to port 4200 whatever
+    `--port` says: on any other port the UI would show "Can't connect to Server API" (seen in the
+    browser test)."""
+    return {"PREFECT_UI_API_URL": f"http://127.0.0.1:{port}/api"}
+
+
 def port_free(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) != 0
@@ -88,7 +95,7 @@ def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[P
     log = (state_dir / "prefect-server.log").open("ab")
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
            "--port", str(port), "--ui" if ui else "--no-ui", "--analytics-off"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ui_api_env(port)},
                             preexec_fn=own_session_tied_to_parent)
     try:
         deadline = time.monotonic() + 90

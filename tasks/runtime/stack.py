@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from quantgate.tasks.runtime.child_process import free_port
+from quantgate.tasks.runtime.servers import ui_api_env
 
 STACK_FILE = "stack.json"
 
@@ -128,8 +129,9 @@ def start_stack(state_dir: Path, *, prefect_port: int, mlflow_port: int, ray_por
     base = {**os.environ, **env}
     if "prefect" not in services:
         port = _port(prefect_port)
-        pid, log = _start(state_dir, "prefect", [sys.executable, "-m", "prefect", "server", "start", "--host",
-                                                 "127.0.0.1", "--port", str(port), "--analytics-off"], base)
+        cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port),
+               "--analytics-off"]
+        pid, log = _start(state_dir, "prefect", cmd, {**base, **ui_api_env(port)})
         services["prefect"] = Service("prefect", pid, f"http://127.0.0.1:{port}/api", f"http://127.0.0.1:{port}",
                                       log)
         started.append("prefect")

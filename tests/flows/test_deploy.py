@@ -11,9 +11,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import yaml
+from browser import chromium_page, screenshot
 from mlflow.tracking import MlflowClient
 
 from quantgate.tasks.runtime.child_process import free_port
@@ -115,7 +117,7 @@ def test_the_drift_watch_fires_on_its_schedule_and_completes(deployed):
     _, _, api, _, _, _ = deployed
     runs = _wait("two scheduled drift_watch runs", lambda: [
         r for r in _runs(api, "drift_watch") if r.state and r.state.is_completed()][1:] or None, timeout=240)
-    assert all(r.name == "drift-watch" and r.deployment_id for r in runs)
+    assert all(r.name == "drift-watch-tiny" and r.deployment_id for r in runs)
     assert "Scheduled" in _states(api, runs[0].id)  # created by the schedule, not by hand
 
 
@@ -179,6 +181,50 @@ def test_drifted_traffic_requantizes_on_its_window_and_the_same_traffic_does_not
     # Only one requantization for this traffic, however many times the watch has looked since.
     time.sleep(25)
     assert len([r for r in _runs(api, "quantize_and_gate") if r.parameters.get("traffic_window")]) == 1
+
+
+def test_the_uis_show_the_runs_in_a_real_browser(deployed):
+    """Debian's Chromium opens what an operator opens: the quantize_and_gate flow-run page (state,
+    deployment, tags, its gate-report artifact), the artifacts page (gate report, rollout timelines,
+    drift report), the deployments page, and MLflow's compare view of the run's variants."""
+    _, _, api, mlflow, _, _ = deployed
+    ui = api.removesuffix("/api")
+    run = next(r for r in _runs(api, "quantize_and_gate") if r.state.is_completed())
+    client = MlflowClient(tracking_uri=mlflow)
+    exp = client.get_experiment_by_name("model")
+    parent = client.search_runs([exp.experiment_id], f"tags.`prefect.flow_run_ids` LIKE '%{run.id}%'")[0]
+    children = client.search_runs([exp.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    with chromium_page() as page:
+        page.goto(f"{ui}/runs/flow-run/{run.id}")
+        page.get_by_text(run.name).first.wait_for()
+        page.get_by_text("Completed").first.wait_for()
+        page.get_by_text("[1/7] model: resolving").first.wait_for()  # the run's logs
+        body = page.inner_text("body")
+        assert "quantize_and_gate" in body and "model:tiny" in body and "[1/7] model: resolving" in body
+        screenshot(page, "prefect-flow-run")
+        page.locator("li.p-tab#artifacts").click()
+        page.get_by_text("gate-report").first.wait_for()
+        screenshot(page, "prefect-flow-run-artifacts")
+
+        page.goto(f"{ui}/artifacts")
+        page.get_by_text("gate-report").first.wait_for()
+        body = page.inner_text("body")
+        assert "drift-report" in body and "canary rollout of int4_gptq: promoted" in body, body[:2000]
+        screenshot(page, "prefect-artifacts")
+
+        page.goto(f"{ui}/deployments")
+        page.get_by_text("drift_watch").first.wait_for()
+        body = page.inner_text("body")
+        assert all(f in body for f in ("quantize_and_gate", "canary_rollout", "rollback")), body[:2000]
+        screenshot(page, "prefect-deployments")
+
+        ids = json.dumps([c.info.run_id for c in children])
+        page.goto(f"{mlflow}/#/compare-runs?runs={quote(ids)}&experiments={quote(json.dumps([exp.experiment_id]))}")
+        page.get_by_text("Comparing 2 Runs").first.wait_for()
+        page.get_by_text("gate.verdict").first.wait_for()
+        body = page.inner_text("body")
+        assert "int4_gptq" in body and "baseline" in body and "ppl" in body, body[:2000]
+        screenshot(page, "mlflow-compare-variants")
 
 
 def test_stopping_deploy_leaves_the_schedules_on(deployed):
