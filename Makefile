@@ -8,7 +8,7 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=O
 	-DGGML_AMX_INT8=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
-.PHONY: install demo test lint clean
+.PHONY: install demo test lint clean rehearse
 
 install: $(STAMP)
 
@@ -30,6 +30,12 @@ test: install
 	./scripts/system_deps.sh
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/pytest
+
+# The cluster profile's wiring on this machine: PostgreSQL, Prefect server + process pool + worker,
+# MLflow server, a Ray head and a second node (scripts/rehearse_cluster.py; needs Debian's postgresql).
+rehearse: install
+	$(PIP) install -q -e ".[cluster]"
+	$(PY) scripts/rehearse_cluster.py
 
 lint: install
 	$(VENV)/bin/ruff check .

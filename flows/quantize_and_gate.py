@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, runtime
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
 from prefect.futures import PrefectFuture
 from prefect_ray import RayTaskRunner
 from prefect_ray.context import remote_options
@@ -177,7 +177,11 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
     queue, cpus = list(plan.runnable), _local_cpus(config)
     fill()
     quantized, ppl, tasks, longs, errors = {}, {}, {}, {}, dict(plan.skipped)
+    rejected: set[str] = set()
+    progress = create_progress_artifact(0.0, key="variants-progress",
+                                        description=f"{len(plan.runnable)} variants: quantized and evaluated")
     budgets = {s.name: s.time_budget_s for s in plan.runnable if hasattr(s, "time_budget_s")}
+    budgets_all = {s.name for s in plan.runnable}  # the progress artifact's denominator
     for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(budgets, pending, queue, ppl)):
         result, err = outcome(fut)
         if err and stage in ("screen", "first look"):  # a failed perplexity fails its screen: the cause
@@ -194,6 +198,7 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             print(f"      {name}: perplexity {stage}: {result.status} ({result.decided_by}): "
                   + result.reasons[0])
             if config.gate.staged and result.status == "reject":
+                rejected.add(name)
                 print(f"      {name}: rejected at stage ppl, skips the task evals, the judge and the bench")
             elif stage == "first look":
                 perplexity(name, "rest")
@@ -210,6 +215,8 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
         else:
             tasks[name] = result
             print(f"      {name}: task evals done in {result.seconds:.0f} s")
+        done = {n for n in (set(errors) | rejected | set(tasks)) if n in budgets_all}
+        update_progress_artifact(progress, 100.0 * len(done) / max(1, len(budgets_all)))
         fill()
     return _scores(config, quantized, ppl, tasks, longs, errors)
 

@@ -35,9 +35,14 @@ def metric_name(*parts: str) -> str:
 
 
 def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path) -> str:
+    """The experiment's id, created if new. With a tracking server (http), its artifact root is the
+    server's (`--artifacts-destination`: artifacts go through the server, so a worker on another node
+    writes where the driver reads); with a local store, `artifact_root` on this disk."""
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
+    if client.tracking_uri.startswith(("http://", "https://")):
+        return client.create_experiment(name)
     artifact_root.mkdir(parents=True, exist_ok=True)
     return client.create_experiment(name, artifact_location=artifact_root.resolve().as_uri())
 

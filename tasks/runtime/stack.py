@@ -139,7 +139,7 @@ def start_stack(state_dir: Path, *, prefect_port: int, mlflow_port: int, ray_por
         port = _port(mlflow_port)
         cmd = [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
                "--backend-store-uri", tracking_store,
-               "--default-artifact-root", str(state_dir / "mlartifacts"), "--workers", "1"]
+               "--artifacts-destination", str(state_dir / "mlartifacts"), "--workers", "1"]
         pid, log = _start(state_dir, "mlflow", cmd, {**base, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
         url = f"http://127.0.0.1:{port}"
         services["mlflow"] = Service("mlflow", pid, url, url, log)

@@ -210,6 +210,7 @@ def test_the_uis_show_the_runs_in_a_real_browser(deployed):
         page.get_by_text("gate-report").first.wait_for()
         body = page.inner_text("body")
         assert "drift-report" in body and "canary rollout of int4_gptq: promoted" in body, body[:2000]
+        assert "variants-progress" in body, body[:2000]  # the long stage's progress artifact
         screenshot(page, "prefect-artifacts")
 
         page.goto(f"{ui}/deployments")

@@ -160,7 +160,18 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
     assert alias_history(client, "tiny")[-1]["alias"] == "canary"
     artifacts = {f.path for f in client.list_artifacts(parent.info.run_id)}
     assert {"gate_report.md", "quarantine.jsonl", "pareto.png", "bench.json",
-            "roofline_plan.json"} <= artifacts
+            "roofline_plan.json", "activation_stats.safetensors"} <= artifacts  # the drift watch's reference
+    # Each evaluated variant is a LoggedModel linked to its run; each version says why it passed.
+    exp_id = parent.info.experiment_id
+    models = {m.name: m for m in client.search_logged_models([exp_id])}
+    assert set(models) == {n for n, r in children.items() if n != "baseline" and "ppl" in r.data.metrics}
+    assert models["int4_gptq"].source_run_id == children["int4_gptq"].info.run_id
+    gptq_model = models["int4_gptq"]
+    assert gptq_model.tags["gate.verdict"] == "pass" and gptq_model.params["group_size"] == "32"
+    assert str(gptq_model.status) in ("READY", "LoggedModelStatus.READY")
+    gptq_version = next(v for v in versions if v.tags["variant"] == "int4_gptq")
+    assert "Gate verdict `pass`" in gptq_version.description
+    assert gptq_version.description.startswith("int4_gptq: int4_gptq, ")
     (tmp / "dl").mkdir(exist_ok=True)
     report = client.download_artifacts(parent.info.run_id, "gate_report.md", str(tmp / "dl"))
     text = Path(report).read_text()
@@ -183,6 +194,9 @@ def test_identical_rerun_reuses_every_variant_and_publishes_nothing_new(first_ru
     assert len(parents) == 1 and {r.info.run_id for r in runs} == {r.info.run_id for r in runs_before}
     assert [(v.version, v.source) for v in versions] == [(v.version, v.source) for v in versions_before]
     assert parents[0].data.tags["prefect.flow_run_ids"].count(",") == 1  # both flow runs named
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'state' / 'mlflow.db'}")
+    names = [m.name for m in client.search_logged_models([parents[0].info.experiment_id])]
+    assert len(names) == len(set(names))  # no second LoggedModel for a republished variant
 
 
 @pytest.mark.timeout(900)
