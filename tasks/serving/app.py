@@ -57,6 +57,24 @@ class ServingSpec:
         return f"http://{self.host}:{self.port}"
 
 
+def spec_from_args(args: dict[str, Any]) -> tuple[ServingSpec, dict[str, float]]:
+    """The spec and the router's settings from a config file's `args` (KubeRay's serveConfigV2)."""
+    spec = dict(args["spec"])
+    for arm in ("champion", "canary"):
+        if spec.get(arm) is not None:
+            spec[arm] = ArmSpec(**spec[arm])
+    spec["model_names"] = tuple(spec["model_names"])
+    shares = {k: float(args.get(k, 0.0)) for k in ("weight", "mirror_share", "shadow_share")}
+    return ServingSpec(**spec), shares
+
+
+def app_from_args(args: dict[str, Any]) -> Any:
+    """The application for a Serve config deploy, which calls its import path with one argument,
+    the `args` mapping: {spec: ServingSpec's fields, weight, mirror_share, shadow_share}."""
+    spec, shares = spec_from_args(args)
+    return build(spec, **shares)
+
+
 def _version(*parts: Any) -> str:
     """A deployment version that changes only with the code or the init arguments. `serve.run` gives
     every deployment a random version otherwise, and a random version restarts every replica (the
