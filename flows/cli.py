@@ -1,7 +1,6 @@
 """`quantgate`: run the flow, validate a config, or browse past runs.
 
     quantgate run [--config FILE] [--variants a,b,...] [--traffic PATH]
-    quantgate serve --cron "0 3 * * *" [--config FILE]   # the flow on a schedule
     quantgate bench [--config FILE] [--batch 1,8] [--checkpoint NAME=DIR ...]  # speed, energy
     quantgate validate [--config FILE]
     quantgate ui [--config FILE]      # Prefect UI + MLflow UI over the run state
@@ -38,10 +37,6 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--config", type=Path, help="pipeline YAML (default: embedded default.yaml)")
     run.add_argument("--variants", help="comma-separated variant names (default: all in config)")
     run.add_argument("--traffic", type=Path, help="traffic log JSONL (default: from config)")
-    serve = sub.add_parser("serve", help="serve the flow as a scheduled Prefect deployment")
-    serve.add_argument("--config", type=Path)
-    serve.add_argument("--cron", required=True, help='schedule, e.g. "0 3 * * *" (03:00 daily)')
-    serve.add_argument("--name", default="scheduled", help="deployment name")
     add_bench_parser(sub)
     add_rollout_parsers(sub)
     add_ops_parsers(sub)
@@ -95,8 +90,6 @@ def main(argv: list[str] | None = None) -> int:
         from quantgate.flows.rollout_cli import run_manual
 
         return run_manual(args, config)
-    if args.command == "serve":
-        return _serve_schedule(config, state, env, cron=args.cron, name=args.name)
     return _run(config, state, env)
 
 
@@ -169,21 +162,6 @@ def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
     print(f"         browse: `quantgate ui`, then http://127.0.0.1:{config.runtime.prefect_port}"
           f"/runs/flow-run/{summary.flow_run_id}")
     print(f"wall time: {time.perf_counter() - start:.0f} s")
-    return 0
-
-
-def _serve_schedule(config: PipelineConfig, state: Path, env: dict[str, str], *, cron: str,
-                    name: str) -> int:
-    """Runs until SIGTERM/Ctrl-C; each scheduled run executes here on the local Ray."""
-    with prefect_server(state, config.runtime.prefect_port, ui=True) as server:
-        from quantgate.flows.quantize_and_gate import quantize_and_gate
-
-        with ray_cluster(address=config.runtime.ray_address, num_cpus=config.runtime.ray_num_cpus,
-                         env=env, state_dir=state):
-            print(f"serving deployment quantize_and_gate/{name} on cron {cron!r}; "
-                  f"Prefect UI: {server.ui_url}/deployments", flush=True)
-            quantize_and_gate.serve(name=name, cron=cron,
-                                    parameters={"config": config.model_dump(mode="json")})
     return 0
 
 

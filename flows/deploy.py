@@ -15,12 +15,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from prefect import Flow, serve
+from prefect import serve
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.deployments.runner import EntrypointType
 from prefect.events import DeploymentEventTrigger
 from prefect.schedules import Cron, Interval
-from prefect_ray import RayTaskRunner
 
 from quantgate.conf.schema import PipelineConfig
 from quantgate.flows.canary_rollout import canary_rollout
@@ -47,14 +46,14 @@ def _on(event: str, served: str, name: str, parameters: dict[str, Any]) -> Deplo
                                   parameters=parameters)
 
 
-def deployments(config: PipelineConfig, *, ray_address: str, ray_env: dict[str, str]) -> list[Any]:
+def deployments(config: PipelineConfig) -> list[Any]:
+    """Each flow run starts in a fresh process from the flow's module (the runner's engine), so Ray is
+    reached through the environment `serve_deployments` inherits: RAY_ADDRESS, and the head's own
+    environment for its workers (PREFECT_API_URL, MLFLOW_TRACKING_URI: `quantgate up`)."""
     conf, served = config.deploy, config.model.served_name or config.model.name
     name, params = conf.name or served, {"config": deployment_config(config)}
     limit = ConcurrencyLimitConfig(limit=1, collision_strategy=ConcurrencyLimitStrategy(conf.collision))
-    on_ray = RayTaskRunner(address=ray_address, init_kwargs={"runtime_env": {"env_vars": ray_env},
-                                                             "log_to_driver": False})
     tags = ["quantgate", f"model:{served}"]
-    quantize: Flow[Any, Any] = quantize_and_gate.with_options(task_runner=on_ray)
     drift_trigger = _on(DRIFT_DETECTED, served, f"requantize {served} on drift",
                         {**params, "traffic_window": "{{ event.payload.window }}"})
     gate_trigger = _on(GATE_PASSED, served, f"roll out {served}'s gate winner",
@@ -62,7 +61,7 @@ def deployments(config: PipelineConfig, *, ray_address: str, ray_env: dict[str, 
     common = {"name": name, "entrypoint_type": MODULE, "parameters": params, "concurrency_limit": limit,
               "tags": tags}
     return [
-        quantize.to_deployment(
+        quantize_and_gate.to_deployment(
             **common, schedule=Cron(conf.quantize_cron, timezone=conf.timezone),
             triggers=[drift_trigger] if conf.requantize_on_drift else [],
             description=f"Quantize {served}, evaluate every variant on its traffic, gate (weekly; on drift)"),
@@ -77,7 +76,6 @@ def deployments(config: PipelineConfig, *, ray_address: str, ray_env: dict[str, 
     ]
 
 
-def serve_deployments(config: PipelineConfig, *, ray_address: str, ray_env: dict[str, str]) -> None:
+def serve_deployments(config: PipelineConfig) -> None:
     """Runs until SIGTERM or Ctrl-C; the schedules stay active after it stops."""
-    serve(*deployments(config, ray_address=ray_address, ray_env=ray_env), pause_on_shutdown=False,
-          print_starting_message=False)
+    serve(*deployments(config), pause_on_shutdown=False, print_starting_message=False)

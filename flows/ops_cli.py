@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.conf.schema import PipelineConfig
-from quantgate.tasks.runtime.stack import Service, live_stack, read_stack, start_stack, stop_stack
+from quantgate.tasks.runtime.stack import (
+    RAY_CLIENT_ENV,
+    Service,
+    live_stack,
+    read_stack,
+    start_stack,
+    stop_stack,
+)
 
 
 def add_parsers(sub: Any) -> None:
@@ -69,6 +76,7 @@ def deploy(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
     os.environ["PREFECT_API_URL"] = services["prefect"].address
     os.environ["MLFLOW_TRACKING_URI"] = services["mlflow"].address
     os.environ["RAY_ADDRESS"] = services["ray"].address  # what Ray Serve's own ray.init connects to
+    os.environ.update(RAY_CLIENT_ENV)
     runtime = config.runtime.model_copy(update={"state_dir": state})
     config = config.model_copy(update={"runtime": runtime})
     # Ray puts a driver's working directory first on its workers' sys.path: from the repo root our
@@ -86,9 +94,7 @@ def deploy(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
           else f"  canary_rollout/{name}     manual")
     print(f"  rollback/{name}           manual")
     print(f"Prefect UI: {services['prefect'].ui}/deployments", flush=True)
-    ray_env = {**env, "PREFECT_API_URL": services["prefect"].address,
-               "MLFLOW_TRACKING_URI": services["mlflow"].address}
-    serve_deployments(config, ray_address=services["ray"].address, ray_env=ray_env)
+    serve_deployments(config)
     return 0
 
 

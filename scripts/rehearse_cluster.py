@@ -26,7 +26,7 @@ from pathlib import Path
 from quantgate.conf.load import load_config
 from quantgate.tasks.runtime.child_process import free_port
 from quantgate.tasks.runtime.servers import QUIET_ENV, ui_api_env
-from quantgate.tasks.runtime.stack import Service
+from quantgate.tasks.runtime.stack import RAY_CLIENT_ENV, Service, ray_token
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -107,7 +107,8 @@ def main() -> int:
     work.mkdir(exist_ok=True)
     ports = {k: free_port() for k in ("pg", "prefect", "mlflow", "ray")}
     started: list[Service] = []
-    base = {**os.environ, **QUIET_ENV}
+    base = {**os.environ, **QUIET_ENV, **RAY_CLIENT_ENV}
+    ray_token(base)
     t0 = time.monotonic()
     try:
         print("starting the services (loopback):", flush=True)
@@ -138,7 +139,8 @@ def main() -> int:
         started.append(_start("ray-node-2", [*ray, "--address", ray_addr],
                               {**node_env, "PREFECT_HOME": str(work / "node-2")}, work / "node-2", ray_addr))
         _wait_nodes(ray_addr, 2, base)
-        os.environ.update({"PREFECT_API_URL": api, "MLFLOW_TRACKING_URI": tracking, **QUIET_ENV})
+        os.environ.update({**QUIET_ENV, **RAY_CLIENT_ENV})
+        os.environ.update({"PREFECT_API_URL": api, "MLFLOW_TRACKING_URI": tracking})
         worker_env = {**node_env, "RAY_ADDRESS": ray_addr, "PREFECT_HOME": str(work / "worker")}
         subprocess.run([str(BIN / "prefect"), "work-pool", "create", "rehearsal", "--type", "process",
                         "--overwrite"], env=worker_env, check=True, capture_output=True)

@@ -122,11 +122,13 @@ def publish_run(inp: PublishInputs, *, baseline: VariantScores, variants: list[V
             client.set_model_version_tag(inp.registered_model, registered[v.name], "variant", v.name)
             client.set_model_version_tag(inp.registered_model, registered[v.name], "gate.verdict",
                                          verdict.status)
+        if finished:  # a republished run changes nothing
+            continue
+        if v.name in registered:
             base_ppl = baseline.eval.ppl if baseline.eval else float("nan")
             description = version_description(v, verdict, baseline_ppl=base_ppl, run_id=children[v.name])
             client.update_model_version(inp.registered_model, registered[v.name], description=description)
-        if not finished:  # once per pipeline run: a republished run changes nothing
-            log_variant_model(client, exp_id, children[v.name], v, verdict, variant_params.get(v.name, {}))
+        log_variant_model(client, exp_id, children[v.name], v, verdict, variant_params.get(v.name, {}))
     if baseline.checkpoint is not None:  # the first run of a model: its baseline serves as champion
         ensure_champion(client, inp.registered_model, children["baseline"], baseline.checkpoint)
     canary = registered.get(decision.winner) if decision.winner else None

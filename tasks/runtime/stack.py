@@ -21,6 +21,10 @@ from quantgate.tasks.runtime.child_process import free_port
 from quantgate.tasks.runtime.servers import ui_api_env
 
 STACK_FILE = "stack.json"
+# Ray 2.60: `ray start --head` turns token auth on exactly when ~/.ray/auth_token exists, and a client
+# connecting by address sends the token only with RAY_AUTH_MODE=token (STACK.md). The stack always
+# makes the token (Ray's own `get-auth-token --generate`) and every client of it sets the mode.
+RAY_CLIENT_ENV = {"RAY_AUTH_MODE": "token"}
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,8 @@ def use_stack(state_dir: Path) -> dict[str, Service]:
         os.environ.setdefault("PREFECT_API_URL", live["prefect"].address)
     if "mlflow" in live:
         os.environ.setdefault("MLFLOW_TRACKING_URI", live["mlflow"].address)
+    if "ray" in live:
+        os.environ.update(RAY_CLIENT_ENV)
     return live
 
 
@@ -152,8 +158,9 @@ def start_stack(state_dir: Path, *, prefect_port: int, mlflow_port: int, ray_por
         cmd = [str(Path(sys.executable).with_name("ray")), "start", "--head", "--block",
                "--node-ip-address", "127.0.0.1", "--port", str(port), "--num-cpus", str(ray_cpus),
                "--include-dashboard", "false", "--disable-usage-stats"]
-        ray_env = {**base, "PREFECT_API_URL": services["prefect"].address,
+        ray_env = {**base, **RAY_CLIENT_ENV, "PREFECT_API_URL": services["prefect"].address,
                    "MLFLOW_TRACKING_URI": services["mlflow"].address}
+        ray_token(ray_env)
         pid, log = _start(state_dir, "ray", cmd, ray_env)
         services["ray"] = Service("ray", pid, f"127.0.0.1:{port}", "", log)
         started.append("ray")
@@ -168,6 +175,12 @@ def _ours(s: Service) -> bool:
         return s.name.encode() in Path(f"/proc/{s.pid}/cmdline").read_bytes()
     except OSError:
         return False
+
+
+def ray_token(env: dict[str, str]) -> None:
+    """Ray's auth token in ~/.ray/auth_token, made once (its output, the token, is never printed)."""
+    subprocess.run([str(Path(sys.executable).with_name("ray")), "get-auth-token", "--generate"], env=env,
+                   check=True, capture_output=True)
 
 
 def stop_service(s: Service, timeout_s: float = 10) -> None:

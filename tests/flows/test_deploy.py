@@ -26,8 +26,14 @@ pytestmark = pytest.mark.timeout(1200)
 EXE = Path(sys.executable).parent / "quantgate"
 
 
-def _quantgate(*args, timeout=180):
-    return subprocess.run([str(EXE), *args], capture_output=True, text=True, env=cli_env(), timeout=timeout)
+def _env(tmp):
+    """A Prefect home of this module's own: the stack's server must not share the session's database
+    with the other tests' servers."""
+    return cli_env(PREFECT_HOME=str(tmp / "prefect-home"), PREFECT_RUNNER_POLL_FREQUENCY="2")
+
+
+def _quantgate(tmp, *args, timeout=180):
+    return subprocess.run([str(EXE), *args], capture_output=True, text=True, env=_env(tmp), timeout=timeout)
 
 
 def _wait(what, check, timeout=300, every=1.0):
@@ -86,28 +92,28 @@ def deployed(tmp_path_factory, tiny_model):
                         "mlflow_ui_port": free_port(), "ray_port": free_port()}}
     path = tmp / "conf.yaml"
     path.write_text(yaml.safe_dump(conf))
-    first, again = _quantgate("up", "--config", str(path)), _quantgate("up", "--config", str(path))
+    first, again = _quantgate(tmp, "up", "--config", str(path)), _quantgate(tmp, "up", "--config", str(path))
     assert first.returncode == 0, first.stdout + first.stderr
     assert "started: prefect, mlflow, ray" in first.stdout, first.stdout
     assert "started: nothing; already up: prefect, mlflow, ray" in again.stdout, again.stdout
     stack = json.loads((tmp / "state" / "stack.json").read_text())
     log = (tmp / "deploy.log").open("w")
     proc = subprocess.Popen([str(EXE), "deploy", "--config", str(path)], stdout=log, stderr=subprocess.STDOUT,
-                            env=cli_env(PREFECT_RUNNER_POLL_FREQUENCY="2"))
+                            env=_env(tmp))
     _wait("the deployments", lambda: "Prefect UI:" in (tmp / "deploy.log").read_text(), timeout=120)
     yield tmp, path, stack["prefect"]["address"], stack["mlflow"]["address"], traffic, proc
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
     log.close()
-    down = _quantgate("down", "--config", str(path))
+    down = _quantgate(tmp, "down", "--config", str(path))
     assert "stopped: ray, mlflow, prefect" in down.stdout, down.stdout + down.stderr
 
 
 def test_up_shows_the_stack_on_loopback_and_status_says_what_runs(deployed):
     tmp, path, api, mlflow, _, _ = deployed
     assert api.startswith("http://127.0.0.1:") and mlflow.startswith("http://127.0.0.1:")
-    out = _quantgate("status", "--config", str(path)).stdout
+    out = _quantgate(tmp, "status", "--config", str(path)).stdout
     assert "stack (`quantgate down` stops it):" in out
     for name in ("prefect", "mlflow", "ray"):
         assert f"  {name:8} up   " in out, out

@@ -192,7 +192,10 @@ def test_identical_rerun_reuses_every_variant_and_publishes_nothing_new(first_ru
     assert "published already: nothing new was recorded" in out
     _, runs, parents, versions = _mlflow(tmp)
     assert len(parents) == 1 and {r.info.run_id for r in runs} == {r.info.run_id for r in runs_before}
-    assert [(v.version, v.source) for v in versions] == [(v.version, v.source) for v in versions_before]
+    def listed(vs):  # the registry lists versions by last update: compare them as sets
+        return sorted((v.version, v.source) for v in vs)
+
+    assert listed(versions) == listed(versions_before)
     assert parents[0].data.tags["prefect.flow_run_ids"].count(",") == 1  # both flow runs named
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'state' / 'mlflow.db'}")
     names = [m.name for m in client.search_logged_models([parents[0].info.experiment_id])]
@@ -224,40 +227,6 @@ def test_killed_run_resumes_without_redoing_finished_variants(tmp_path, tiny_mod
 
 
 @pytest.mark.timeout(300)
-def test_serve_registers_a_scheduled_deployment(tmp_path, tiny_model):
-    import json
-    import urllib.request
-
-    conf = _config(tmp_path, tiny_model)
-    port = yaml.safe_load(conf.read_text())["runtime"]["prefect_port"]
-    proc = _cli("serve", "--config", str(conf), "--cron", "0 3 * * *", start_new_session=True)
-    try:
-        line = ""
-        deadline = time.monotonic() + 180
-        while "polling for scheduled runs" not in line:
-            assert time.monotonic() < deadline and proc.poll() is None, line
-            line = proc.stdout.readline()
-        deployments = []
-        while not deployments and time.monotonic() < deadline:
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/api/deployments/filter", data=b"{}",
-                                         headers={"Content-Type": "application/json"})
-            deployments = json.loads(urllib.request.urlopen(req, timeout=10).read())
-            time.sleep(0.5)
-        (dep,) = deployments
-        assert dep["name"] == "scheduled"
-        assert dep["schedules"][0]["schedule"]["cron"] == "0 3 * * *"
-        assert dep["parameters"]["config"]["traffic"]["heldout_size"] == 36
-    finally:
-        # The whole process group, as a terminal's Ctrl-C or systemd's stop would: the CLI must
-        # still pause the deployment through its server, then stop that server.
-        os.killpg(proc.pid, signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, out[-3000:]
-    assert "All deployments have been paused" in out
-    with socket.socket() as s:
-        assert s.connect_ex(("127.0.0.1", port)) != 0, "the Prefect server outlived the CLI"
-
-
 def test_bad_config_is_one_line_naming_the_key(tmp_path):
     conf = tmp_path / "c.yaml"
     conf.write_text("variants: [{name: x, method: int4_gptq, group_size: 64, dampening: 0.1}]\n")
@@ -277,7 +246,6 @@ def test_missing_model_fails_the_run_with_what_to_fix(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_ui_serves_both_and_sigterm_stops_its_servers(tmp_path, tiny_model):
-    import socket
     import urllib.request
 
     conf = _config(tmp_path, tiny_model)
