@@ -12,6 +12,7 @@ under .rehearsal/). Loopback only, telemetry off. Needs root or the `postgres` u
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import shutil
@@ -103,11 +104,19 @@ def postgres(work: Path, port: int) -> Service:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, choices=(1, 2), default=1, help=(
+        "2: a second Ray node. Ray runs more than one node on a host only with "
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1, and then listens on every interface while it runs"))
+    nodes = parser.parse_args().nodes
     work = (ROOT / ".rehearsal").resolve()
     work.mkdir(exist_ok=True)
     ports = {k: free_port() for k in ("pg", "prefect", "mlflow", "ray")}
     started: list[Service] = []
     base = {**os.environ, **QUIET_ENV, **RAY_CLIENT_ENV}
+    if nodes == 2:
+        print("note: two Ray nodes on one host: Ray listens on every interface while the rehearsal runs")
+        base["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"
     ray_token(base)
     t0 = time.monotonic()
     try:
@@ -123,22 +132,24 @@ def main() -> int:
         tracking = f"http://127.0.0.1:{ports['mlflow']}"
         started.append(_start("mlflow-server", [
             str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(ports["mlflow"]),
-            "--backend-store-uri", f"postgresql://{pg_url}/mlflow", "--workers", "1",
+            "--backend-store-uri", f"postgresql+psycopg2://{pg_url}/mlflow", "--workers", "1",
             "--artifacts-destination", str(work / "artifact-store")],
             {**base, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, work / "mlflow-server", tracking))
         for s in started[1:]:
             _wait(s)
         node_env = {**base, "PREFECT_API_URL": api, "MLFLOW_TRACKING_URI": tracking}
         ray_addr = f"127.0.0.1:{ports['ray']}"
-        ray = [str(BIN / "ray"), "start", "--block", "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
-               "--disable-usage-stats"]
+        ray = [str(BIN / "ray"), "start", "--block", "--node-ip-address", "127.0.0.1",
+               "--num-cpus", str(2 // nodes), "--disable-usage-stats"]
         head_cmd = [*ray, "--head", "--port", str(ports["ray"]), "--include-dashboard", "false"]
         head_env = {**node_env, "PREFECT_HOME": str(work / "node-head")}
         started.append(head := _start("ray-head", head_cmd, head_env, work / "node-head", ray_addr))
         _wait(head)
-        started.append(_start("ray-node-2", [*ray, "--address", ray_addr],
-                              {**node_env, "PREFECT_HOME": str(work / "node-2")}, work / "node-2", ray_addr))
-        _wait_nodes(ray_addr, 2, base)
+        if nodes == 2:
+            node2_env = {**node_env, "PREFECT_HOME": str(work / "node-2")}
+            started.append(_start("ray-node-2", [*ray, "--address", ray_addr], node2_env, work / "node-2",
+                                  ray_addr))
+        _wait_nodes(ray_addr, nodes, base)
         os.environ.update({**QUIET_ENV, **RAY_CLIENT_ENV})
         os.environ.update({"PREFECT_API_URL": api, "MLFLOW_TRACKING_URI": tracking})
         worker_env = {**node_env, "RAY_ADDRESS": ray_addr, "PREFECT_HOME": str(work / "worker")}
