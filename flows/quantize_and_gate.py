@@ -152,6 +152,46 @@ def _next_quantizations(queue: list[VariantSpec], cpus: int | None, held: float,
     return taken
 
 
+class _Progress:
+    """The variants stage's progress as a Prefect artifact: the share of variants that are done
+    (failed, rejected at the perplexity screen, or through their task evals)."""
+
+    def __init__(self, names: list[str]) -> None:
+        self.names, self.rejected = set(names), set[str]()
+        self.id = create_progress_artifact(0.0, key="variants-progress",
+                                           description=f"{len(names)} variants: quantized and evaluated")
+
+    def update(self, done: set[str]) -> None:
+        done = (done | self.rejected) & self.names
+        update_progress_artifact(self.id, 100.0 * len(done) / max(1, len(self.names)))
+
+
+def _on_window(config: PipelineConfig, traffic_window: str | None) -> PipelineConfig:
+    """The config on the drift event's traffic window in place of traffic.path (None: unchanged)."""
+    if not traffic_window:
+        return config
+    window = config.traffic.model_copy(update={"path": Path(traffic_window)})
+    return config.model_copy(update={"traffic": window})
+
+
+def _announce(served: str, decision: Any, record: Any, flow_run_id: str) -> None:
+    """A winner with a registered version: the gate's event, which starts the rollout deployment."""
+    if decision.winner is None or record.canary_version is None:
+        return
+    event = announce_gate_task(registered_model=served, winner=decision.winner, version=record.canary_version,
+                               verdict=decision.verdicts[decision.winner].status, flow_run_id=flow_run_id,
+                               parent_run_id=record.parent_run_id)
+    print(f"      event {GATE_PASSED} ({event}): {decision.winner}, version {record.canary_version}")
+
+
+def _submit_evals(config: PipelineConfig, name: str, ckpt: str, traffic: PreparedTraffic,
+                  submit: Any) -> None:
+    """A screen survivor's task evals, and its long-context probe when that is on."""
+    submit("tasks", name, _tasks(config, name, ckpt, ckpt, traffic), config.lmeval.num_cpus)
+    if config.long_context.enabled:
+        submit("long context", name, _long(config, name, ckpt, ckpt), config.long_context.num_cpus)
+
+
 def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelRef, traffic: PreparedTraffic,
                             state: str, base_ppl: PrefectFuture[Any]) -> list[VariantScores]:
     """One quantization per variant, each then perplexity and its screen (two looks when screen_share
@@ -177,11 +217,8 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
     queue, cpus = list(plan.runnable), _local_cpus(config)
     fill()
     quantized, ppl, tasks, longs, errors = {}, {}, {}, {}, dict(plan.skipped)
-    rejected: set[str] = set()
-    progress = create_progress_artifact(0.0, key="variants-progress",
-                                        description=f"{len(plan.runnable)} variants: quantized and evaluated")
+    progress = _Progress([s.name for s in plan.runnable])
     budgets = {s.name: s.time_budget_s for s in plan.runnable if hasattr(s, "time_budget_s")}
-    budgets_all = {s.name for s in plan.runnable}  # the progress artifact's denominator
     for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(budgets, pending, queue, ppl)):
         result, err = outcome(fut)
         if err and stage in ("screen", "first look"):  # a failed perplexity fails its screen: the cause
@@ -198,16 +235,12 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             print(f"      {name}: perplexity {stage}: {result.status} ({result.decided_by}): "
                   + result.reasons[0])
             if config.gate.staged and result.status == "reject":
-                rejected.add(name)
+                progress.rejected.add(name)
                 print(f"      {name}: rejected at stage ppl, skips the task evals, the judge and the bench")
             elif stage == "first look":
                 perplexity(name, "rest")
             else:
-                ckpt = quantized[name].checkpoint
-                submit("tasks", name, _tasks(config, name, ckpt, ckpt, traffic), config.lmeval.num_cpus)
-                if config.long_context.enabled:
-                    submit("long context", name, _long(config, name, ckpt, ckpt),
-                           config.long_context.num_cpus)
+                _submit_evals(config, name, quantized[name].checkpoint, traffic, submit)
         elif stage == "long context":
             longs[name] = result
             print(f"      {name}: long context ({result.context} tokens) PPL {result.perplexity.ppl:.3f}, "
@@ -215,8 +248,7 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
         else:
             tasks[name] = result
             print(f"      {name}: task evals done in {result.seconds:.0f} s")
-        done = {n for n in (set(errors) | rejected | set(tasks)) if n in budgets_all}
-        update_progress_artifact(progress, 100.0 * len(done) / max(1, len(budgets_all)))
+        progress.update(set(errors) | set(tasks))
         fill()
     return _scores(config, quantized, ppl, tasks, longs, errors)
 
@@ -300,11 +332,8 @@ def _baseline(model: ModelRef, ppl: PrefectFuture[Any], tasks: PrefectFuture[Any
 
 @flow(name="quantize_and_gate", flow_run_name=quantize_run_name, task_runner=RayTaskRunner(), log_prints=True)
 def quantize_and_gate(config: PipelineConfig, traffic_window: str | None = None) -> FlowSummary:
-    """`traffic_window`: a traffic file in place of traffic.path (the drift event's recent window)."""
     keep_stop_handlers()  # a user's SIGTERM or Ctrl-C stops the run, whatever it is waiting on
-    if traffic_window:
-        window = config.traffic.model_copy(update={"path": Path(traffic_window)})
-        config = config.model_copy(update={"traffic": window})
+    config = _on_window(config, traffic_window)
     state, flow_run_id, clock = str(config.runtime.state_dir.resolve()), str(runtime.flow_run.id), Stopwatch()
     print("[1/7] model: resolving", config.model.name)
     model = resolve_model_task(name=config.model.name, state_dir=state)
@@ -356,13 +385,7 @@ def quantize_and_gate(config: PipelineConfig, traffic_window: str | None = None)
                           drift=drift, outcome=gate, report=report, bench=bench, flow_run_id=flow_run_id,
                           times=times)
     _gate_report_artifact(config, record, report, times)
-    if gate.decision.winner is not None and record.canary_version is not None:
-        event = announce_gate_task(registered_model=config.model.served_name or model.name,
-                                   winner=gate.decision.winner, version=record.canary_version,
-                                   verdict=gate.decision.verdicts[gate.decision.winner].status,
-                                   flow_run_id=flow_run_id, parent_run_id=record.parent_run_id)
-        print(f"      event {GATE_PASSED} ({event}): {gate.decision.winner}, version {record.canary_version}")
-    rollout, note = _rollout(config, gate.decision.winner, record.canary_version, flow_run_id, clock)
+    rollout, note = _rollout(config, model.name, gate.decision, record, flow_run_id, clock)
     return FlowSummary(report.table_text(), gate.decision.winner, gate.decision.reason,
                        config.model.served_name or model.name, record.tracking_uri, record.experiment_id,
                        record.parent_run_id, record.canary_version, flow_run_id, traffic.quarantine_path,
@@ -378,10 +401,12 @@ def _gate_report_artifact(config: PipelineConfig, record: Any, report: Any, time
                              + times.table() + links, description="offline gate")
 
 
-def _rollout(config: PipelineConfig, winner: str | None, version: str | None,
-             flow_run_id: str, clock: Stopwatch) -> tuple[RolloutSummary | None, str]:
-    """The winner's canary rollout, as a subflow, when rollout.auto is on; else why there is none.
-    Its time is the flow's last lap (the gate's published times end before it)."""
+def _rollout(config: PipelineConfig, model_name: str, decision: Any, record: Any, flow_run_id: str,
+             clock: Stopwatch) -> tuple[RolloutSummary | None, str]:
+    """The gate's event, then the winner's canary rollout as a subflow when rollout.auto is on; else why
+    there is none. Its time is the flow's last lap (the gate's published times end before it)."""
+    _announce(config.model.served_name or model_name, decision, record, flow_run_id)
+    winner, version = decision.winner, record.canary_version
     if not config.rollout.auto:
         return None, (f"rollout.auto is off: under `quantgate deploy` the gate's event ({GATE_PASSED}) "
                       "starts the canary_rollout deployment; else `quantgate rollout` starts it")
