@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from quantgate.tasks.runtime.child_process import free_port
-from quantgate.tasks.runtime.servers import ui_api_env
+from quantgate.tasks.runtime.servers import port_free, ui_api_env
 
 STACK_FILE = "stack.json"
 # Ray 2.60: `ray start --head` turns token auth on exactly when ~/.ray/auth_token exists, and a client
@@ -103,10 +103,7 @@ def use_stack(state_dir: Path) -> dict[str, Service]:
 
 
 def _port(wanted: int) -> int:
-    import socket
-
-    with socket.socket() as sock:
-        return wanted if sock.connect_ex(("127.0.0.1", wanted)) != 0 else free_port()
+    return wanted if port_free(wanted) else free_port()
 
 
 def _start(state_dir: Path, name: str, cmd: list[str], env: dict[str, str]) -> tuple[int, str]:
