@@ -168,6 +168,14 @@ def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
 def _serve_ui(config: PipelineConfig, state: Path) -> int:
     import subprocess
 
+    from quantgate.tasks.runtime.stack import live_stack
+
+    live = live_stack(state)
+    if {"prefect", "mlflow"} <= set(live):  # `quantgate up` serves both UIs already
+        print(f"Prefect UI: {live['prefect'].ui}\nMLflow UI:  {live['mlflow'].ui}\n"
+              "(the stack's servers: `quantgate down` stops them)")
+        return 0
+
     from quantgate.tasks.registry.tracking import tracking_uri  # imports mlflow: only when it is needed
 
     uri = tracking_uri(config.runtime.mlflow_tracking_uri, state)

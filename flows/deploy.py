@@ -1,4 +1,5 @@
-"""`quantgate deploy`: the four deployments of one model, served by one process (Prefect's runner).
+"""`quantgate deploy`: the four deployments of one model, served by one process (Prefect's runner), or
+registered on a work pool whose workers run them (`--work-pool`, the cluster profile).
 
     quantize_and_gate  weekly cron, and on a drift event (the event's window as its traffic)
     drift_watch        hourly
@@ -74,6 +75,19 @@ def deployments(config: PipelineConfig) -> list[Any]:
         rollback.to_deployment(
             **common, description=f"Roll {served} back: stop a rollout, or restore previous-champion"),
     ]
+
+
+def register_deployments(config: PipelineConfig, pool: str, env: dict[str, str]) -> list[str]:
+    """The same deployments on work pool `pool`: a worker (a process, or a Kubernetes Job per run) runs
+    each flow run from the installed package. `env` becomes the flow-run process's environment (job
+    variables, stored on the Prefect server: never a secret); the image, volumes and secrets are the
+    pool's job template's (infra/k8s/work-pool-template.json)."""
+    names = []
+    for d in deployments(config):
+        d.job_variables = {**d.job_variables, "env": {**d.job_variables.get("env", {}), **env}}
+        d.apply(work_pool_name=pool)
+        names.append(d.full_name)
+    return names
 
 
 def serve_deployments(config: PipelineConfig) -> None:

@@ -3,16 +3,19 @@
     quantgate up        Prefect server, MLflow server (job execution off) and a Ray head on 127.0.0.1
     quantgate down      stops exactly what `up` started
     quantgate deploy    the scheduled and triggered deployments, served from this process
+    quantgate deploy --work-pool NAME   the same deployments registered on a work pool (its workers run them)
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from quantgate.conf.schema import PipelineConfig
+from quantgate.tasks.runtime.servers import flow_run_env
 from quantgate.tasks.runtime.stack import (
     RAY_CLIENT_ENV,
     Service,
@@ -20,6 +23,7 @@ from quantgate.tasks.runtime.stack import (
     read_stack,
     start_stack,
     stop_stack,
+    use_stack,
 )
 
 
@@ -30,6 +34,11 @@ def add_parsers(sub: Any) -> None:
                                   "canary_rollout on a passing gate, manual rollback")):
         p = sub.add_parser(name, help=text)
         p.add_argument("--config", type=Path)
+        if name == "deploy":
+            p.add_argument("--traffic", type=Path, help="the live traffic log the deployments read "
+                           "(default: from config)")
+            p.add_argument("--work-pool", help="register the deployments on this Prefect work pool (its "
+                           "workers run them; PREFECT_API_URL or `quantgate up` names the server) and exit")
 
 
 def stack_lines(state: Path) -> list[str]:
@@ -71,6 +80,42 @@ def down(state: Path) -> int:
     return 0
 
 
+def _schedule_lines(config: PipelineConfig, api: str) -> list[str]:
+    d, served = config.deploy, config.model.served_name or config.model.name
+    name = d.name or served
+    return [f"  quantize_and_gate/{name}  cron {d.quantize_cron!r} ({d.timezone})"
+            + ("; and on each drift event" if d.requantize_on_drift else ""),
+            f"  drift_watch/{name}        every {d.drift_interval_s} s",
+            f"  canary_rollout/{name}     " + ("on each passing gate's event" if d.rollout_on_gate
+                                              else "manual"),
+            f"  rollback/{name}           manual",
+            f"run one now: PREFECT_API_URL={api} {Path(sys.executable).parent / 'prefect'} deployment run "
+            f"'quantize_and_gate/{name}' (or the UI's Run button)"]
+
+
+def deploy_to_pool(config: PipelineConfig, state: Path, pool: str) -> int:
+    """Register, not serve: the pool's workers run the flow runs (each its own process or Job)."""
+    live = use_stack(state)
+    api = os.environ.get("PREFECT_API_URL")
+    if not api:
+        print("error: --work-pool needs a Prefect server: set PREFECT_API_URL, or `quantgate up`")
+        return 2
+    runtime = config.runtime.model_copy(update={"state_dir": state})
+    config = config.model_copy(update={"runtime": runtime})
+    from quantgate.flows.deploy import register_deployments
+
+    env = flow_run_env(state, offline=config.runtime.offline)
+    if config.runtime.ray_address != "local":  # prefect-ray's task runner connects through RAY_ADDRESS
+        env["RAY_ADDRESS"] = config.runtime.ray_address
+    names = register_deployments(config, pool, env)
+    print(f"registered on work pool {pool!r} at {api}" + (" (the local stack)" if "prefect" in live else "")
+          + f": {', '.join(names)}")
+    print("\n".join(_schedule_lines(config, api)))
+    print(f"task results (Prefect's cache) under {env['PREFECT_LOCAL_STORAGE_PATH']}: the workers must "
+          "share runtime.state_dir")
+    return 0
+
+
 def deploy(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
     services = up(config, state, env)
     os.environ["PREFECT_API_URL"] = services["prefect"].address
@@ -84,15 +129,9 @@ def deploy(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
     os.chdir(state)
     from quantgate.flows.deploy import serve_deployments
 
-    d, served = config.deploy, config.model.served_name or config.model.name
-    name = d.name or served
+    served = config.model.served_name or config.model.name
     print(f"deployments of {served}, served from this process (Ctrl-C stops it; the schedules stay on):")
-    print(f"  quantize_and_gate/{name}  cron {d.quantize_cron!r} ({d.timezone})"
-          + ("; and on each drift event" if d.requantize_on_drift else ""))
-    print(f"  drift_watch/{name}        every {d.drift_interval_s} s")
-    print(f"  canary_rollout/{name}     on each passing gate's event" if d.rollout_on_gate
-          else f"  canary_rollout/{name}     manual")
-    print(f"  rollback/{name}           manual")
+    print("\n".join(_schedule_lines(config, services["prefect"].address)))
     print(f"Prefect UI: {services['prefect'].ui}/deployments", flush=True)
     serve_deployments(config)
     return 0
@@ -104,4 +143,6 @@ def run_ops(args: argparse.Namespace, config: PipelineConfig, state: Path, env: 
         return 0
     if args.command == "down":
         return down(state)
+    if args.work_pool:
+        return deploy_to_pool(config, state, args.work_pool)
     return deploy(config, state, env)

@@ -2,12 +2,16 @@
 
     PostgreSQL (Debian's)  <- Prefect server (its database) and MLflow server (its backend store)
     MLflow server          -- artifacts served through it (--artifacts-destination): no shared path
+    judge endpoint         -- llama.cpp's OpenAI-compatible server, its own process, behind an API key
     Ray head + 2nd node    -- `ray start`, each node its own process tree, PREFECT_HOME and folder
-    Prefect process pool   -- a worker in its own folder runs the flow run the driver asks for
+    Prefect process pool   -- workers in their own folders run the flow runs (as Jobs would)
 
-The driver (this script) deploys `quantize_and_gate` to the pool with conf/cluster-local.yaml, asks
-for a run, waits, checks what each service holds, and stops everything it started (logs are kept
-under .rehearsal/). Loopback only, telemetry off. Needs root or the `postgres` user for initdb.
+The driver (this script) registers the deployments on the pool as a user would (`quantgate deploy
+--work-pool`, conf/cluster-local.yaml), asks for a quantize_and_gate run, lets drift_watch fire on its
+schedule, then replaces the worker by another (a new folder and Prefect home: a new pod) and asks
+again: the second run must find the first one's task results in the result storage on the shared
+state dir. It checks what each service holds and stops everything it started (logs are kept under
+.rehearsal/). Loopback only, telemetry off. Needs root or the `postgres` user for initdb.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -24,14 +29,18 @@ import time
 import urllib.request
 from pathlib import Path
 
+import yaml
+
 from quantgate.conf.load import load_config
+from quantgate.tasks.judge.server import packaged_judge_gguf, server_command
 from quantgate.tasks.runtime.child_process import free_port
-from quantgate.tasks.runtime.servers import QUIET_ENV, ui_api_env
+from quantgate.tasks.runtime.servers import QUIET_ENV, prefect_server_env
 from quantgate.tasks.runtime.stack import RAY_CLIENT_ENV, Service, ray_token
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 PG = next(Path("/usr/lib/postgresql").glob("*/bin"), None)
+POOL = "rehearsal"
 
 
 def _start(name: str, cmd: list[str], env: dict[str, str], cwd: Path, address: str = "") -> Service:
@@ -97,9 +106,10 @@ def postgres(work: Path, port: int) -> Service:
     s = _start("postgres", cmd, dict(os.environ), data)
     s = Service("postgres", s.pid, f"127.0.0.1:{port}", "", s.log)
     _wait(s)
-    for db in ("prefect", "mlflow"):
-        createdb = [str(PG / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", db]
-        subprocess.run(_as_postgres(createdb), capture_output=True)  # exists already on a second run
+    for db in ("prefect", "mlflow"):  # fresh: what is checked is this rehearsal's, nothing older
+        for tool in ("dropdb", "createdb"):
+            cmd = [str(PG / tool), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", db]
+            subprocess.run(_as_postgres(cmd), capture_output=True, check=tool == "createdb")
     return s
 
 
@@ -111,20 +121,26 @@ def main() -> int:
     nodes = parser.parse_args().nodes
     work = (ROOT / ".rehearsal").resolve()
     work.mkdir(exist_ok=True)
-    ports = {k: free_port() for k in ("pg", "prefect", "mlflow", "ray")}
+    for stale in ("artifact-store", "worker-state", "worker-1", "worker-2", "prefect-server"):
+        shutil.rmtree(work / stale, ignore_errors=True)  # the judge's model cache is kept
+    for log in work.glob("*.log"):  # this rehearsal's logs only: the checks read the judge's
+        log.unlink()
+    ports = {k: free_port() for k in ("pg", "prefect", "mlflow", "ray", "judge")}
     started: list[Service] = []
     base = {**os.environ, **QUIET_ENV, **RAY_CLIENT_ENV}
     if nodes == 2:
         print("note: two Ray nodes on one host: Ray listens on every interface while the rehearsal runs")
         base["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "1"
     ray_token(base)
+    judge_key = secrets.token_urlsafe(24)  # as the cluster's Secret quantgate-judge: env only
     t0 = time.monotonic()
     try:
         print("starting the services (loopback):", flush=True)
         started.append(postgres(work, ports["pg"]))
         pg_url = f"postgres@127.0.0.1:{ports['pg']}"
         api = f"http://127.0.0.1:{ports['prefect']}/api"
-        prefect_env = {**base, **ui_api_env(ports["prefect"]), "PREFECT_HOME": str(work / "prefect-server"),
+        prefect_env = {**base, **prefect_server_env(ports["prefect"]),
+                       "PREFECT_HOME": str(work / "prefect-server"),
                        "PREFECT_API_DATABASE_CONNECTION_URL": f"postgresql+asyncpg://{pg_url}/prefect"}
         server = [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1",
                   "--port", str(ports["prefect"]), "--analytics-off"]
@@ -135,9 +151,13 @@ def main() -> int:
             "--backend-store-uri", f"postgresql+psycopg2://{pg_url}/mlflow", "--workers", "1",
             "--artifacts-destination", str(work / "artifact-store")],
             {**base, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, work / "mlflow-server", tracking))
+        gguf = packaged_judge_gguf(work / "judge" / "models")
+        started.append(_start("judge", server_command(gguf, port=ports["judge"], threads=2),
+                              {**base, "API_KEY": judge_key}, work / "judge", f"127.0.0.1:{ports['judge']}"))
         for s in started[1:]:
             _wait(s)
-        node_env = {**base, "PREFECT_API_URL": api, "MLFLOW_TRACKING_URI": tracking}
+        node_env = {**base, "PREFECT_API_URL": api, "MLFLOW_TRACKING_URI": tracking,
+                    "QG_JUDGE_API_KEY": judge_key}  # every node's, as raycluster.yaml gives every group
         ray_addr = f"127.0.0.1:{ports['ray']}"
         ray = [str(BIN / "ray"), "start", "--block", "--node-ip-address", "127.0.0.1",
                "--num-cpus", str(2 // nodes), "--disable-usage-stats"]
@@ -152,13 +172,16 @@ def main() -> int:
         _wait_nodes(ray_addr, nodes, base)
         os.environ.update({**QUIET_ENV, **RAY_CLIENT_ENV})
         os.environ.update({"PREFECT_API_URL": api, "MLFLOW_TRACKING_URI": tracking})
-        worker_env = {**node_env, "RAY_ADDRESS": ray_addr, "PREFECT_HOME": str(work / "worker")}
-        subprocess.run([str(BIN / "prefect"), "work-pool", "create", "rehearsal", "--type", "process",
-                        "--overwrite"], env=worker_env, check=True, capture_output=True)
-        worker = [str(BIN / "prefect"), "worker", "start", "--pool", "rehearsal", "--type", "process"]
-        started.append(_start("prefect-worker", worker, worker_env, work / "worker"))
-        return _run(work, api, tracking, t0)
+        conf = _conf(work, f"http://127.0.0.1:{ports['judge']}/v1", ray_addr)
+        driver_env = {k: v for k, v in node_env.items() if k != "QG_JUDGE_API_KEY"}  # needs no key
+        subprocess.run([str(BIN / "prefect"), "work-pool", "create", POOL, "--type", "process",
+                        "--overwrite"], env=driver_env, check=True, capture_output=True)
+        subprocess.run([str(BIN / "quantgate"), "deploy", "--work-pool", POOL, "--config", str(conf)],
+                       env=driver_env, cwd=ROOT, check=True)
+        print(f"services up and deployed in {time.monotonic() - t0:.0f} s", flush=True)
+        return _rehearse(work, node_env, started, api, tracking, conf)
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave services behind
         for s in reversed(started):
             _stop(s)
         print(f"stopped: {', '.join(s.name for s in reversed(started))}; logs under {work}", flush=True)
@@ -173,35 +196,47 @@ def _wait_nodes(address: str, n: int, env: dict[str, str]) -> None:
     print(f"  ray            {out.stdout.strip().replace(' ', ' nodes, CPUs ')} at {address}", flush=True)
 
 
-def _run(work: Path, api: str, tracking: str, t0: float) -> int:
-    from mlflow.tracking import MlflowClient
-    from prefect.deployments import run_deployment
+def _conf(work: Path, judge_url: str, ray_address: str) -> Path:
+    """conf/cluster-local.yaml with this rehearsal's addresses (as an operator writes the Services'
+    into conf/cluster.yaml) and its paths made absolute. The workers learn the Ray head from the
+    deployment (RAY_ADDRESS in its job variables), not from their own environment."""
+    raw = yaml.safe_load((ROOT / "conf" / "cluster-local.yaml").read_text())
+    raw["traffic"]["path"] = str((ROOT / "conf" / raw["traffic"]["path"]).resolve())
+    raw["runtime"]["state_dir"] = str(work / "worker-state")
+    raw["judge"]["base_url"] = judge_url
+    raw["runtime"]["ray_address"] = ray_address
+    out = work / "cluster-local.yaml"
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    load_config(out)  # fails here, naming the key, rather than in the worker
+    return out
 
-    from quantgate.flows.deploy import MODULE
-    from quantgate.flows.quantize_and_gate import quantize_and_gate
 
-    config = load_config(ROOT / "conf" / "cluster-local.yaml")
-    config = config.model_copy(update={"runtime": config.runtime.model_copy(
-        update={"state_dir": work / "worker-state"})})
-    deployment = quantize_and_gate.to_deployment(name="rehearsal", entrypoint_type=MODULE,
-                                                 parameters={"config": config.model_dump(mode="json")})
-    deployment.apply(work_pool_name="rehearsal")
-    print(f"services up in {time.monotonic() - t0:.0f} s; quantize_and_gate/rehearsal on the process pool",
-          flush=True)
-    t1 = time.monotonic()
-    run = run_deployment("quantize_and_gate/rehearsal", timeout=1800)
-    print(f"flow run {run.name} ({run.id}): {run.state.name} in {time.monotonic() - t1:.0f} s; "
-          f"Prefect UI {api.removesuffix('/api')}/runs/flow-run/{run.id}", flush=True)
-    client = MlflowClient(tracking)
-    exp = client.get_experiment_by_name(config.model.name)
-    runs = client.search_runs([exp.experiment_id]) if exp else []
-    stored = sorted(p.name for p in (work / "artifact-store").rglob("*") if p.is_file())
-    print(f"MLflow on PostgreSQL: experiment {exp.experiment_id if exp else '-'} "
-          f"(artifact root {exp.artifact_location if exp else '-'}), {len(runs)} runs; "
-          f"{len(stored)} artifact files written through the server", flush=True)
-    ok = run.state.is_completed() and len(runs) >= 3 and "pipeline_config.json" in stored
-    print("rehearsal: " + ("PASSED" if ok else "FAILED"), flush=True)
-    return 0 if ok else 1
+def _worker(n: int, work: Path, env: dict[str, str]) -> Service:
+    """A worker in a folder and Prefect home of its own: what a new pod would be."""
+    home = work / f"worker-{n}"
+    cmd = [str(BIN / "prefect"), "worker", "start", "--pool", POOL, "--type", "process"]
+    print(f"  prefect-worker-{n} started in {home}", flush=True)
+    return _start(f"prefect-worker-{n}", cmd, {**env, "PREFECT_HOME": str(home)}, home)
+
+
+def _rehearse(work: Path, env: dict[str, str], started: list[Service], api: str, tracking: str,
+              conf: Path) -> int:
+    from rehearsal_checks import Checks
+
+    config = load_config(conf)
+    name = config.deploy.name or config.model.served_name or config.model.name
+    checks = Checks(api.removesuffix("/api"), tracking, name)
+    started.append(worker := _worker(1, work, env))
+    first = checks.run_deployment(f"quantize_and_gate/{name}")
+    checks.mlflow(config.model.name, work / "artifact-store")
+    checks.judge(config.model.name, work / "judge.log", str(config.judge.base_url))
+    checks.scheduled(f"drift_watch/{name}")
+    _stop(worker)
+    started.remove(worker)
+    started.append(_worker(2, work, env))
+    second = checks.run_deployment(f"quantize_and_gate/{name}")
+    checks.cached(first, second, config.runtime.state_dir / "prefect" / "results")
+    return checks.verdict()
 
 
 if __name__ == "__main__":

@@ -61,6 +61,22 @@ def packaged_judge_gguf(cache_dir: Path) -> Path:
     return out
 
 
+def server_command(gguf: Path, *, port: int, threads: int, n_ctx: int = 4096,
+                   alias: str = "judge") -> list[str]:
+    """llama.cpp's OpenAI-compatible server on 127.0.0.1:`port`. A key, if any, goes in its environment
+    (API_KEY, read by the server's settings), never on a command line that `ps` shows."""
+    return [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", alias,
+            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
+            "--n_threads", str(threads), "--n_threads_batch", str(threads), "--logits_all", "true",
+            "--cache", "false"]  # prompt caching changes temperature-0 output (STACK.md)
+
+
+def _without_key(env: os._Environ[str]) -> dict[str, str]:
+    """The run's own judge answers its client, which sends no key: an API_KEY of the caller's would
+    lock it."""
+    return {k: v for k, v in env.items() if k != "API_KEY"}
+
+
 @dataclass
 class JudgeProcess:
     """llama.cpp's OpenAI-compatible server on a free loopback port, in its own session and tied to
@@ -74,13 +90,10 @@ class JudgeProcess:
     def start(cls, gguf: Path, *, log_path: Path, threads: int, n_ctx: int = 4096, alias: str = "judge",
               start_timeout_s: float = 120) -> JudgeProcess:
         port = free_port()
-        cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", alias,
-               "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
-               "--n_threads", str(threads), "--n_threads_batch", str(threads), "--logits_all", "true",
-               "--cache", "false"]  # prompt caching changes temperature-0 output (STACK.md)
+        cmd = server_command(gguf, port=port, threads=threads, n_ctx=n_ctx, alias=alias)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = log_path.open("ab")
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy(),
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=_without_key(os.environ),
                                 preexec_fn=own_session_tied_to_parent)
         judge = cls(proc, f"http://127.0.0.1:{port}/v1", log)
         try:

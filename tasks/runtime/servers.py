@@ -36,14 +36,21 @@ QUIET_ENV = {
 }
 
 
-def configure_process_env(state_dir: Path, *, offline: bool) -> dict[str, str]:
-    """Set (and return) the environment every process of a run shares."""
-    state_dir = state_dir.resolve()
+def flow_run_env(state_dir: Path, *, offline: bool) -> dict[str, str]:
+    """What a flow-run process needs wherever it starts (this process, Prefect's runner, a work
+    pool's worker on another node): telemetry off, and Prefect's task results under the run's state
+    dir, which the cluster shares between nodes, so a run resumed elsewhere finds them (cached)."""
     env = dict(QUIET_ENV)
-    env["PREFECT_HOME"] = str(state_dir / "prefect")
-    env["PREFECT_LOCAL_STORAGE_PATH"] = str(state_dir / "prefect" / "results")
+    env["PREFECT_LOCAL_STORAGE_PATH"] = str(state_dir.resolve() / "prefect" / "results")
     if offline:
         env |= {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    return env
+
+
+def configure_process_env(state_dir: Path, *, offline: bool) -> dict[str, str]:
+    """Set (and return) the environment every process of a run shares: the flow run's, and a
+    Prefect home of its own under the state dir."""
+    env = {**flow_run_env(state_dir, offline=offline), "PREFECT_HOME": str(state_dir.resolve() / "prefect")}
     for key, value in env.items():
         os.environ.setdefault(key, value)
     return {k: os.environ[k] for k in env}
@@ -64,11 +71,17 @@ def _healthy(api_url: str) -> bool:
         return False
 
 
-def ui_api_env(port: int) -> dict[str, str]:
-    """The Prefect UI asks the API at PREFECT_UI_API_URL, which defaults to port 4200 whatever
-    `--port` says: on any other port the UI would show "Can't connect to Server API" (seen in the
-    browser test)."""
-    return {"PREFECT_UI_API_URL": f"http://127.0.0.1:{port}/api"}
+def prefect_server_env(port: int) -> dict[str, str]:
+    """What every Prefect server we start needs besides QUIET_ENV.
+
+    The UI asks the API at PREFECT_UI_API_URL, which defaults to port 4200 whatever `--port` says: on
+    any other port the UI would show "Can't connect to Server API" (seen in the browser test).
+    Deployment concurrency slots are held through leases, kept by default in the server's memory: a
+    run killed with its worker, then a server restart, left the slot taken for good (the next run of
+    that deployment waited forever, seen in the rehearsal). On disk (the server's PREFECT_HOME) the
+    lease outlives the restart, expires and is revoked, and the slot comes back."""
+    return {"PREFECT_UI_API_URL": f"http://127.0.0.1:{port}/api",
+            "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": "prefect.server.concurrency.lease_storage.filesystem"}
 
 
 def port_free(port: int) -> bool:
@@ -95,7 +108,8 @@ def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[P
     log = (state_dir / "prefect-server.log").open("ab")
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
            "--port", str(port), "--ui" if ui else "--no-ui", "--analytics-off"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ui_api_env(port)},
+    env = {**os.environ, **prefect_server_env(port)}
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                             preexec_fn=own_session_tied_to_parent)
     try:
         deadline = time.monotonic() + 90

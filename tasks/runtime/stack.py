@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from quantgate.tasks.runtime.child_process import free_port
-from quantgate.tasks.runtime.servers import port_free, ui_api_env
+from quantgate.tasks.runtime.servers import port_free, prefect_server_env
 
 STACK_FILE = "stack.json"
 # Ray 2.60: `ray start --head` turns token auth on exactly when ~/.ray/auth_token exists, and a client
@@ -134,7 +134,7 @@ def start_stack(state_dir: Path, *, prefect_port: int, mlflow_port: int, ray_por
         port = _port(prefect_port)
         cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port),
                "--analytics-off"]
-        pid, log = _start(state_dir, "prefect", cmd, {**base, **ui_api_env(port)})
+        pid, log = _start(state_dir, "prefect", cmd, {**base, **prefect_server_env(port)})
         services["prefect"] = Service("prefect", pid, f"http://127.0.0.1:{port}/api", f"http://127.0.0.1:{port}",
                                       log)
         started.append("prefect")

@@ -117,6 +117,9 @@ def test_up_shows_the_stack_on_loopback_and_status_says_what_runs(deployed):
     assert "stack (`quantgate down` stops it):" in out
     for name in ("prefect", "mlflow", "ray"):
         assert f"  {name:8} up   " in out, out
+    ui = _quantgate(tmp, "ui", "--config", str(path), timeout=60)  # returns: the stack serves both UIs
+    assert ui.returncode == 0 and f"MLflow UI:  {mlflow}" in ui.stdout, ui.stdout + ui.stderr
+    assert f"Prefect UI: {api.removesuffix('/api')}" in ui.stdout, ui.stdout
 
 
 def test_the_drift_watch_fires_on_its_schedule_and_completes(deployed):

@@ -88,9 +88,12 @@ def test_cluster_conf_points_at_the_services():
             assert env["MLFLOW_TRACKING_URI"] == conf["runtime"]["mlflow_tracking_uri"], where
             if "PREFECT_API_URL" in env:
                 assert service_at(env["PREFECT_API_URL"])["metadata"]["name"] == "prefect-server"
-    worker = _container(find("RayCluster", "quantgate-raycluster"), "ray-worker")
-    assert _env(worker)[conf["judge"]["api_key_env"]] == {"secretKeyRef": {"name": "quantgate-judge",
-                                                                              "key": "api-key"}}
+    # Every node of the cluster the flow's tasks run on: a judge call asks for no CPU, so Ray may place
+    # it on the num-cpus 0 head as well as on a worker.
+    cluster = find("RayCluster", "quantgate-raycluster")
+    for name in ("ray-head", "ray-worker"):
+        assert _env(_container(cluster, name))[conf["judge"]["api_key_env"]] == {
+            "secretKeyRef": {"name": "quantgate-judge", "key": "api-key"}}, name
 
 
 def test_cluster_conf_loads():
@@ -225,3 +228,18 @@ def test_rayservice_args_build_the_serving_spec():
     spec, shares = spec_from_args(_serve_app()["args"])
     assert spec.champion.model_uri.endswith("@champion") and spec.canary.model_uri.endswith("@canary")
     assert shares == {"weight": 0.05, "mirror_share": 0.0, "shadow_share": 0.0}
+
+
+def test_dockerfile_builds_the_pinned_image_from_every_package_folder():
+    """The image the manifests name: Ray's image at our Ray pin, and every folder the package is built
+    from copied in (a folder left out installs a quantgate without it)."""
+    import tomllib
+
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    pins = _pins()
+    assert re.search(rf"^FROM rayproject/ray:{re.escape(pins['ray'])}-py311-gpu$", text, re.M), "FROM"
+    assert f"ghcr.io/quantgate/quantgate:{pins['quantgate']}" in text
+    package_dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    copied = set(re.findall(r"^COPY --chown=\S+ (\S+) \1$", text, re.M))
+    tops = {d.split("/")[0] for d in package_dirs.values()}
+    assert tops <= copied, tops - copied
