@@ -77,6 +77,18 @@ def deployments(config: PipelineConfig) -> list[Any]:
     ]
 
 
+def work_pool_type(pool: str) -> str | None:
+    """The pool's worker type, or None when the server has no pool of that name."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            return client.read_work_pool(pool).type
+        except ObjectNotFound:
+            return None
+
+
 def register_deployments(config: PipelineConfig, pool: str, env: dict[str, str]) -> list[str]:
     """The same deployments on work pool `pool`: a worker (a process, or a Kubernetes Job per run) runs
     each flow run from the installed package. `env` becomes the flow-run process's environment (job

@@ -98,11 +98,18 @@ def deploy_to_pool(config: PipelineConfig, state: Path, pool: str) -> int:
     live = use_stack(state)
     api = os.environ.get("PREFECT_API_URL")
     if not api:
-        print("error: --work-pool needs a Prefect server: set PREFECT_API_URL, or `quantgate up`")
+        print("error: --work-pool needs a Prefect server: set PREFECT_API_URL, or `quantgate up`",
+              file=sys.stderr)
         return 2
     runtime = config.runtime.model_copy(update={"state_dir": state})
     config = config.model_copy(update={"runtime": runtime})
-    from quantgate.flows.deploy import register_deployments
+    from quantgate.flows.deploy import register_deployments, work_pool_type
+
+    if work_pool_type(pool) is None:
+        print(f"error: --work-pool: no work pool {pool!r} at {api}; create it first, e.g. `prefect work-pool "
+              f"create {pool} --type process` (Kubernetes: infra/README.md, with its job template)",
+              file=sys.stderr)
+        return 2
 
     env = flow_run_env(state, offline=config.runtime.offline)
     if config.runtime.ray_address != "local":  # prefect-ray's task runner connects through RAY_ADDRESS

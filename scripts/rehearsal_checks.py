@@ -87,6 +87,25 @@ class Checks:
                     f"{len(runs)} scheduled runs, {len(done)} completed"
                     + (f" ({done[0].name}, {self.ui}/runs/flow-run/{done[0].id})" if done else ""))
 
+    def placement(self, dashboard: str, address: str) -> None:
+        """Where Ray ran the flow's tasks, from its state API: with two nodes, both took some."""
+        import ray
+        from ray.util.state import list_tasks
+
+        ray.init(address=address, log_to_driver=False)
+        try:
+            nodes = {n["NodeID"]: ("head" if "node:__internal_head__" in n["Resources"] else "node-2")
+                     for n in ray.nodes() if n["Alive"]}
+        finally:
+            ray.shutdown()
+        ran: dict[str, list[str]] = {name: [] for name in nodes.values()}
+        for t in list_tasks(address=dashboard, filters=[("state", "=", "FINISHED")], limit=10_000):
+            if t.node_id in nodes and t.type == "NORMAL_TASK":
+                ran[nodes[t.node_id]].append(t.name)
+        self._check("tasks on every node", all(ran.values()),
+                    "; ".join(f"{node}: {len(names)} tasks ({', '.join(sorted(set(names))[:6])})"
+                              for node, names in ran.items()))
+
     def cached(self, first: Any, second: Any, results: Path) -> None:
         """The second run (another worker, another Prefect home) read the first one's task results from
         the result storage that the deployment's environment puts on the shared state dir: each task

@@ -125,7 +125,7 @@ def main() -> int:
         shutil.rmtree(work / stale, ignore_errors=True)  # the judge's model cache is kept
     for log in work.glob("*.log"):  # this rehearsal's logs only: the checks read the judge's
         log.unlink()
-    ports = {k: free_port() for k in ("pg", "prefect", "mlflow", "ray", "judge")}
+    ports = {k: free_port() for k in ("pg", "prefect", "mlflow", "ray", "judge", "dashboard")}
     started: list[Service] = []
     base = {**os.environ, **QUIET_ENV, **RAY_CLIENT_ENV}
     if nodes == 2:
@@ -161,7 +161,9 @@ def main() -> int:
         ray_addr = f"127.0.0.1:{ports['ray']}"
         ray = [str(BIN / "ray"), "start", "--block", "--node-ip-address", "127.0.0.1",
                "--num-cpus", str(2 // nodes), "--disable-usage-stats"]
-        head_cmd = [*ray, "--head", "--port", str(ports["ray"]), "--include-dashboard", "false"]
+        # The dashboard (loopback) serves Ray's state API: which node ran which task.
+        head_cmd = [*ray, "--head", "--port", str(ports["ray"]), "--include-dashboard", "true",
+                    "--dashboard-host", "127.0.0.1", "--dashboard-port", str(ports["dashboard"])]
         head_env = {**node_env, "PREFECT_HOME": str(work / "node-head")}
         started.append(head := _start("ray-head", head_cmd, head_env, work / "node-head", ray_addr))
         _wait(head)
@@ -179,7 +181,7 @@ def main() -> int:
         subprocess.run([str(BIN / "quantgate"), "deploy", "--work-pool", POOL, "--config", str(conf)],
                        env=driver_env, cwd=ROOT, check=True)
         print(f"services up and deployed in {time.monotonic() - t0:.0f} s", flush=True)
-        return _rehearse(work, node_env, started, api, tracking, conf)
+        return _rehearse(work, node_env, started, api, tracking, conf, f"http://127.0.0.1:{ports['dashboard']}")
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave services behind
         for s in reversed(started):
@@ -220,7 +222,7 @@ def _worker(n: int, work: Path, env: dict[str, str]) -> Service:
 
 
 def _rehearse(work: Path, env: dict[str, str], started: list[Service], api: str, tracking: str,
-              conf: Path) -> int:
+              conf: Path, dashboard: str) -> int:
     from rehearsal_checks import Checks
 
     config = load_config(conf)
@@ -231,6 +233,7 @@ def _rehearse(work: Path, env: dict[str, str], started: list[Service], api: str,
     checks.mlflow(config.model.name, work / "artifact-store")
     checks.judge(config.model.name, work / "judge.log", str(config.judge.base_url))
     checks.scheduled(f"drift_watch/{name}")
+    checks.placement(dashboard, config.runtime.ray_address)
     _stop(worker)
     started.remove(worker)
     started.append(_worker(2, work, env))

@@ -20,11 +20,11 @@ DEMO = Path(__file__).resolve().parents[1] / "conf" / "traffic" / "demo.jsonl"
 
 def shifted(source: Path) -> list[dict]:
     out = []
-    for line in source.read_text(encoding="utf-8").splitlines():
+    for line in source.read_bytes().splitlines():
         try:
             row = json.loads(line)
             labels = row.get("labels") or {}
-        except (ValueError, AttributeError):  # the demo's deliberately bad lines
+        except (ValueError, AttributeError):  # the demo's deliberately bad lines (JSON, UTF-8)
             continue
         if labels.get("domain") == "code" or labels.get("lang") in ("fr", "es"):
             out.append(row)

@@ -36,7 +36,10 @@ def evaluate_task(*, variant: str, checkpoint: str, results_dir: str, traffic: P
                                first=first)
 
 
-@task(name="lm-eval", task_run_name="lm-eval-{variant}", **CACHED)
+# Prints stay prints here: `datasets` fingerprints lm-eval's data with dill, which reads a function's
+# globals from `dis.dis` output captured off sys.stdout; Prefect's print-to-log (log_prints) took that
+# output into the run's log (a dozen lines of bytecode per eval task), and dill saw none of it.
+@task(name="lm-eval", task_run_name="lm-eval-{variant}", log_prints=False, **CACHED)
 def lmeval_task(*, variant: str, checkpoint: str, results_dir: str, traffic: PreparedTraffic,
                 conf: LmEvalConf, dtype: str) -> LmEvalResult:
     out = Path(results_dir) / lmeval_dir_name(traffic.heldout_path, dtype, conf.model_dump_json())

@@ -249,3 +249,37 @@ def test_stopping_deploy_leaves_the_schedules_on(deployed):
     assert not any(d.paused for d in deployments.values())
     assert [s.schedule.cron for s in deployments["quantize_and_gate"].schedules] == ["0 3 * * 1"]
     assert all(s.active for d in deployments.values() for s in d.schedules)
+
+
+def test_deploy_to_a_work_pool_registers_what_a_worker_needs(deployed):
+    """After the served deployments are stopped: `deploy --work-pool` registers the same flows on a pool
+    (the cluster profile; the rehearsal runs them with workers), and each flow run's environment rides
+    on the deployment: Prefect's result storage under the state dir that the nodes share, the Ray head.
+    No secret among it. Run twice, it changes nothing."""
+    from prefect.client.schemas.actions import WorkPoolCreate
+
+    tmp, path, api, _, _, _ = deployed
+    conf = yaml.safe_load(path.read_text())
+    conf["deploy"] = {**conf["deploy"], "name": "tiny-pool"}
+    conf["runtime"]["ray_address"] = "ray://head.example:10001"
+    pooled = tmp / "pool.yaml"
+    pooled.write_text(yaml.safe_dump(conf))
+    missing = _quantgate(tmp, "deploy", "--work-pool", "qg-pool", "--config", str(pooled))
+    assert missing.returncode == 2 and "no work pool 'qg-pool'" in missing.stderr, missing.stderr
+    with _prefect(api) as client:
+        client.create_work_pool(WorkPoolCreate(name="qg-pool", type="process"))
+    first = _quantgate(tmp, "deploy", "--work-pool", "qg-pool", "--config", str(pooled))
+    again = _quantgate(tmp, "deploy", "--work-pool", "qg-pool", "--config", str(pooled))
+    assert first.returncode == 0 and again.returncode == 0, first.stdout + first.stderr
+    assert "registered on work pool 'qg-pool'" in first.stdout, first.stdout
+    assert "quantize_and_gate/tiny-pool" in first.stdout
+    with _prefect(api) as client:
+        pooled_deps = [d for d in client.read_deployments() if d.name == "tiny-pool"]
+    assert len(pooled_deps) == 4 and {d.work_pool_name for d in pooled_deps} == {"qg-pool"}
+    results = str((Path(conf["runtime"]["state_dir"]) / "prefect" / "results").resolve())
+    for d in pooled_deps:
+        env = d.job_variables["env"]
+        assert env["PREFECT_LOCAL_STORAGE_PATH"] == results
+        assert env["RAY_ADDRESS"] == "ray://head.example:10001"
+        assert not [k for k in env if any(s in k for s in ("_KEY", "TOKEN", "SECRET", "PASSWORD"))], env
+        assert d.parameters["config"]["rollout"]["auto"] is False  # the gate's event starts the rollout
