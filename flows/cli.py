@@ -69,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         print(config.model_dump_json(indent=2))
         return 0
     state = config.runtime.state_dir.resolve()
+    if args.command == "deploy" and args.work_pool:  # the state dir is the workers' (a cluster's claim)
+        from quantgate.flows.ops_cli import deploy_to_pool
+
+        return deploy_to_pool(config, state, args.work_pool)
     state.mkdir(parents=True, exist_ok=True)
     env = configure_process_env(state, offline=config.runtime.offline)
     if args.command in ("up", "down", "deploy"):

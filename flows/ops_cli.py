@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from quantgate.conf.schema import PipelineConfig
-from quantgate.tasks.runtime.servers import flow_run_env
+from quantgate.tasks.runtime.servers import QUIET_ENV, flow_run_env
 from quantgate.tasks.runtime.stack import (
     RAY_CLIENT_ENV,
     Service,
@@ -94,13 +94,16 @@ def _schedule_lines(config: PipelineConfig, api: str) -> list[str]:
 
 
 def deploy_to_pool(config: PipelineConfig, state: Path, pool: str) -> int:
-    """Register, not serve: the pool's workers run the flow runs (each its own process or Job)."""
+    """Register, not serve: the pool's workers run the flow runs (each its own process or Job). `state`
+    is where the workers keep state (a cluster's claim): nothing is created here."""
     live = use_stack(state)
     api = os.environ.get("PREFECT_API_URL")
     if not api:
         print("error: --work-pool needs a Prefect server: set PREFECT_API_URL, or `quantgate up`",
               file=sys.stderr)
         return 2
+    for key, value in QUIET_ENV.items():  # before prefect, ray and mlflow are imported
+        os.environ.setdefault(key, value)
     runtime = config.runtime.model_copy(update={"state_dir": state})
     config = config.model_copy(update={"runtime": runtime})
     from quantgate.flows.deploy import register_deployments, work_pool_type
@@ -150,6 +153,4 @@ def run_ops(args: argparse.Namespace, config: PipelineConfig, state: Path, env: 
         return 0
     if args.command == "down":
         return down(state)
-    if args.work_pool:
-        return deploy_to_pool(config, state, args.work_pool)
     return deploy(config, state, env)

@@ -263,14 +263,21 @@ def test_deploy_to_a_work_pool_registers_what_a_worker_needs(deployed):
     conf = yaml.safe_load(path.read_text())
     conf["deploy"] = {**conf["deploy"], "name": "tiny-pool"}
     conf["runtime"]["ray_address"] = "ray://head.example:10001"
+    conf["runtime"]["state_dir"] = str(tmp / "claim")  # the workers' (a cluster's claim), not this host's
     pooled = tmp / "pool.yaml"
     pooled.write_text(yaml.safe_dump(conf))
-    missing = _quantgate(tmp, "deploy", "--work-pool", "qg-pool", "--config", str(pooled))
+
+    def deploy():
+        return subprocess.run([str(EXE), "deploy", "--work-pool", "qg-pool", "--config", str(pooled)],
+                              capture_output=True, text=True, env={**_env(tmp), "PREFECT_API_URL": api},
+                              timeout=180)
+
+    missing = deploy()
     assert missing.returncode == 2 and "no work pool 'qg-pool'" in missing.stderr, missing.stderr
     with _prefect(api) as client:
         client.create_work_pool(WorkPoolCreate(name="qg-pool", type="process"))
-    first = _quantgate(tmp, "deploy", "--work-pool", "qg-pool", "--config", str(pooled))
-    again = _quantgate(tmp, "deploy", "--work-pool", "qg-pool", "--config", str(pooled))
+    first, again = deploy(), deploy()
+    assert not (tmp / "claim").exists()  # registering creates nothing where it runs
     assert first.returncode == 0 and again.returncode == 0, first.stdout + first.stderr
     assert "registered on work pool 'qg-pool'" in first.stdout, first.stdout
     assert "quantize_and_gate/tiny-pool" in first.stdout
