@@ -80,6 +80,11 @@ def down(state: Path) -> int:
     return 0
 
 
+def _at_state(config: PipelineConfig, state: Path) -> PipelineConfig:
+    """The deployments' config names the resolved state dir: their runs start in other folders."""
+    return config.model_copy(update={"runtime": config.runtime.model_copy(update={"state_dir": state})})
+
+
 def _schedule_lines(config: PipelineConfig, api: str) -> list[str]:
     d, served = config.deploy, config.model.served_name or config.model.name
     name = d.name or served
@@ -104,8 +109,7 @@ def deploy_to_pool(config: PipelineConfig, state: Path, pool: str) -> int:
         return 2
     for key, value in QUIET_ENV.items():  # before prefect, ray and mlflow are imported
         os.environ.setdefault(key, value)
-    runtime = config.runtime.model_copy(update={"state_dir": state})
-    config = config.model_copy(update={"runtime": runtime})
+    config = _at_state(config, state)
     from quantgate.flows.deploy import register_deployments, work_pool_type
 
     if work_pool_type(pool) is None:
@@ -132,8 +136,7 @@ def deploy(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
     os.environ["MLFLOW_TRACKING_URI"] = services["mlflow"].address
     os.environ["RAY_ADDRESS"] = services["ray"].address  # what Ray Serve's own ray.init connects to
     os.environ.update(RAY_CLIENT_ENV)
-    runtime = config.runtime.model_copy(update={"state_dir": state})
-    config = config.model_copy(update={"runtime": runtime})
+    config = _at_state(config, state)
     # Ray puts a driver's working directory first on its workers' sys.path: from the repo root our
     # `kernels/` would shadow the PyPI package transformers probes for (servers.ray_cluster does the same).
     os.chdir(state)
