@@ -1,8 +1,9 @@
-"""Quantize 2-bit variants on a finished run's model and calibration traffic, outside the flow,
-and score perplexity on its held-out traffic against the baseline, per slice.
+"""Quantize 2-bit variants on the config's model and calibration traffic, outside the flow, and
+score perplexity against the baseline on the held-out traffic (per slice) and on the GPL-3 text.
 
 For method work (issue 4's step table, issue 10's Hessian correction): one process, a chosen thread
-count, a variant given as its conf mapping, so one setting can be changed at a time.
+count, a variant given as its conf mapping, so one setting can be changed at a time. The traffic and model are prepared as the flow prepares
+them (same folders under --state-dir, so a finished run's are reused).
 
     .venv/bin/python bench/twobit_ppl.py --threads 2 \\
         '{"name": "quip_noft", "method": "quip_sharp_2bit", "num_samples": 64, "finetune_epochs": 0}'
@@ -20,37 +21,58 @@ from quantgate.conf.load import load_config
 from quantgate.conf.methods import variant_spec
 from quantgate.tasks.evaluate.perplexity import evaluate_checkpoint
 from quantgate.tasks.quantize.run import VARIANT_RECORD, quantize_variant
-from quantgate.tasks.registry.run_record import read_run_record
+from quantgate.tasks.evaluate.long_context import CORPUS_DIR, block_nlls
+from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
+from quantgate.tasks.model.source import resolve_model
+from quantgate.tasks.traffic.prepare import prepare_traffic
+
+GPL3_WINDOW = 512
+
+
+def gpl3_ppl(checkpoint: str) -> float:
+    """Perplexity of /usr/share/common-licenses/GPL-3, in windows of 512 tokens: a public corpus
+    anyone can score on (the licence text is the same on every Debian system)."""
+    import math
+
+    tokenizer = load_tokenizer(checkpoint)
+    ids = tokenizer((CORPUS_DIR / "GPL-3").read_text(encoding="utf-8"), add_special_tokens=False)["input_ids"]
+    model = load_causal_lm(checkpoint, "float32")
+    nll = tokens = 0.0
+    for doc, start in enumerate(range(0, len(ids) - 1, GPL3_WINDOW)):
+        for block in block_nlls(model, ids[start : start + GPL3_WINDOW + 1], GPL3_WINDOW, doc):
+            nll, tokens = nll + block.nll, tokens + block.tokens
+    return math.exp(nll / tokens)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("variants", nargs="+", help="variant mappings as JSON, as in conf `variants:`")
     ap.add_argument("--state-dir", type=Path, default=Path(".quantgate"))
-    ap.add_argument("--run", default=None, help="flow run id (default: the newest finished run)")
     ap.add_argument("--out", type=Path, default=Path("bench-twobit"), help="checkpoints and evals")
     ap.add_argument("--config", default=None, help="eval, calibration settings (default: conf/default.yaml)")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     conf = load_config(args.config)
     torch.set_num_threads(args.threads)
-    record = read_run_record(args.state_dir, args.run)
-    heldout = record["heldout_path"]
-    calibration = str(Path(heldout).with_name("calibration.jsonl"))  # prepare writes both side by side
+    traffic = prepare_traffic(conf.traffic, args.state_dir / "traffic")
+    heldout, calibration = traffic.heldout_path, traffic.calibration_path
+    model_path = resolve_model(conf.model.name, args.state_dir / "models").path
 
     def evaluate(path: str, name: str):  # the run's own eval settings
         return evaluate_checkpoint(path, heldout, str(args.out / f"{name}-eval.json"),
                                    window=conf.eval.window, batch_size=conf.eval.batch_size,
                                    dtype=conf.eval.dtype)
 
-    base = evaluate(record["model"]["path"], "baseline")
-    print(f"baseline PPL {base.ppl:.3f} on {base.tokens} tokens", flush=True)
+    base = evaluate(model_path, "baseline")
+    base_gpl3 = gpl3_ppl(model_path)
+    print(f"baseline PPL {base.ppl:.3f} on {base.tokens} tokens; GPL-3 {base_gpl3:.3f}", flush=True)
     for mapping in args.variants:
         spec = variant_spec(json.loads(mapping))
-        res = quantize_variant(spec, model_path=record["model"]["path"], calibration_path=calibration,
+        res = quantize_variant(spec, model_path=model_path, calibration_path=calibration,
                                out_dir=str(args.out / spec.name), max_seq_len=conf.calibration.max_seq_len,
                                threads=args.threads)
         ev = evaluate(res.checkpoint, spec.name)
+        gpl3 = gpl3_ppl(res.checkpoint)
         notes = json.loads((Path(res.checkpoint) / VARIANT_RECORD).read_text())["notes"]
         slices = sorted(((s.ppl / base.slices[k].ppl, k) for k, s in ev.slices.items()
                          if k in base.slices and s.tokens >= conf.eval.min_slice_tokens), reverse=True)
@@ -58,6 +80,7 @@ def main() -> None:
         worst_layers = sorted(losses.items(), key=lambda kv: -kv[1])[:3]
         print(json.dumps({
             "variant": spec.name, "ppl": round(ev.ppl, 3), "ratio": round(ev.ppl / base.ppl, 3),
+            "gpl3_ppl": round(gpl3, 3), "gpl3_ratio": round(gpl3 / base_gpl3, 3),
             "worst_slices": [(k, round(r, 2)) for r, k in slices[:3]], "quantize_s": round(res.seconds),
             "notes": {k: v for k, v in notes.items() if k != "per_layer"},
             "worst_layers": [(n, round(loss, 4)) for n, loss in worst_layers],

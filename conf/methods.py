@@ -136,6 +136,17 @@ class _TwoBit(_Variant):
         default=0.5, description="share of the budget the Hessians leave that is kept for fine-tuning; the "
         "layer loop gets the rest")
     finetune_lr: Annotated[float, Field(gt=0)] = 5e-4
+    sequential: bool = Field(
+        default=True, description="quantize decoder block by block, each block's Hessians and tuning "
+        "inputs from the already quantized blocks before it; false: every layer from the unquantized "
+        "model's inputs, all at once")
+    block_epochs: Annotated[int, Field(ge=0)] = Field(
+        default=4, description="passes of fine-tuning inside a decoder block after each group of its "
+        "layers is quantized (codes frozen; the rest of the block, norms, signs/scales or codebooks "
+        "tuned to the original block's outputs); 0 turns it off")
+    block_lr: Annotated[float, Field(gt=0)] = Field(default=5e-5, description="block tuning's Adam rate")
+    block_sign_lr: Annotated[float, Field(gt=0)] = Field(
+        default=5e-4, description="block tuning's Adam rate for QuIP#'s sign vectors")
     resources: Resources = Resources(num_cpus=2, memory_gb=6)
 
     def weight_bits(self) -> float:
@@ -156,6 +167,11 @@ class QuipSharp2Bit(_TwoBit):
         default=(1.0,), min_length=1,
         description="target RMS of W̃ before E8P rounding; each layer keeps the candidate with the lowest "
                     "proxy loss (paper: ~0.9; the codebook's Gaussian optimum is ~1.04)")
+    channel_powers: tuple[Annotated[float, Field(ge=0, le=1)], ...] = Field(
+        default=(0.0, 0.5), min_length=1,
+        description="input-channel normalizations tried per layer before the rotation: columns scaled "
+                    "by (H_jj / mean H_jj)^(p/2), folded into S_U (free in the format); the lowest proxy "
+                    "loss wins. 0: none. Outlier channels (massive activations) are what p > 0 is for")
 
 
 class Aqlm2x8(_TwoBit):

@@ -30,6 +30,10 @@ class _CodebookLinear(torch.nn.Module):
     def decode_weight(self) -> torch.Tensor:  # [m, n] float32
         raise NotImplementedError
 
+    def tuning_weight(self) -> torch.Tensor:
+        """The decoded weight as a differentiable function of the continuous parameters (codes fixed)."""
+        return self.decode_weight()
+
     def _tuning(self) -> bool:
         """Fine-tuning its continuous parameters: the forward must be differentiable in them, and
         the dense decode is also the fast path for the tuner's no-grad validation forwards."""
@@ -59,11 +63,25 @@ class QuipLinear(_CodebookLinear):
         w = rht_inverse(w, self.SU.float(), self.factor_in)  # W̃ T_n
         return rht_inverse(w.T.contiguous(), self.SV.float(), self.factor_out).T.contiguous()
 
+    def tuning_weight(self) -> torch.Tensor:
+        """Wscale · diag(S_V) B diag(S_U) with B = H_mᵀ decode(qidxs) H_n, the same weight as
+        `decode_weight` (the signs are the last step of each inverse transform and the two act on
+        different axes), for a fraction of the cost: B depends on the codes only and is cached."""
+        key = (self.qidxs.data_ptr(), self.qidxs._version, self.qidxs.device)
+        if getattr(self, "_base_key", None) != key:
+            with torch.no_grad():
+                w = e8p_decode_weight(self.qidxs, self.codebook)
+                ones_in, ones_out = w.new_ones(self.in_features), w.new_ones(self.out_features)
+                w = rht_inverse(w, ones_in, self.factor_in)
+                self._base = rht_inverse(w.T.contiguous(), ones_out, self.factor_out).T.contiguous()
+            self._base_key = key
+        return self.Wscale.float() * self.SV.float()[:, None] * self._base * self.SU.float()[None, :]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.dense is not None:
             return F.linear(x, self.dense.to(x.dtype), self.bias)
         if self._tuning():
-            return F.linear(x, self.decode_weight().to(x.dtype), self.bias)
+            return F.linear(x, self.tuning_weight().to(x.dtype), self.bias)
         x_rot = rht(x, self.SU.to(x.dtype), self.factor_in.to(x.dtype))  # (.., n)
         y_rot = e8p_decode_matmul(x_rot, self.qidxs, self.codebook)  # (.., m)
         y = rht_inverse(y_rot, self.SV.to(x.dtype), self.factor_out.to(x.dtype)) * self.Wscale.to(x.dtype)

@@ -14,6 +14,12 @@ randomized Hadamard transform of `kernels.hadamard` (T_m likewise with S_V).
      error back through H̃'s LDL factor.
 Inference: y = wscale · T_mᵀ (decode(Qidx) · T_n x) — the rotation is never undone on W.
 The loss is invariant under the rotation, so it is measured in either basis.
+
+Outlier input channels (`channel_power` p > 0): a channel whose inputs are 100× the others (the
+massive activations of SmolLM2's down_proj inputs) still dominates H̃ after the rotation. W is
+quantized as W D with D = diag((H_jj / mean H_jj)^(p/2)) against D⁻¹ H D⁻¹ (the same loss, an
+evened-out Hessian); D⁻¹ folds into S_U, so the stored format and the forward are unchanged (the
+EXL3 observation: normalize input channels before the rotation, not after).
 """
 
 from __future__ import annotations
@@ -60,17 +66,25 @@ def rotate_hessian(H: torch.Tensor, su: torch.Tensor) -> torch.Tensor:
     return rht(rht(H, su.to(H.dtype), factor).T.contiguous(), su.to(H.dtype), factor)
 
 
+def channel_scales(H: torch.Tensor, power: float) -> torch.Tensor:
+    """D's diagonal [n] float64: (H_jj / mean H_jj)^(power/2); all ones at power 0."""
+    diag = H.diagonal().to(torch.float64).clamp_min(0)
+    return (diag / diag.mean()).clamp_min(1e-6) ** (power / 2)
+
+
 def quip_quantize_layer(
     W: torch.Tensor, H: torch.Tensor, *, seed: int, scale: float = 0.9, sigma: float = 0.01,
-    use_ldlq: bool = True,
+    use_ldlq: bool = True, channel_power: float = 0.0,
 ) -> QuipLayer:
     """Quantize W [m, n] with proxy Hessian H [n, n]; `use_ldlq=False` is plain nearest rounding
     (the cheap path used when the time budget runs out)."""
     m, n = W.shape
     if n % GROUP:
         raise ValueError(f"in_features={n} is not a multiple of {GROUP} (E8P groups)")
-    su = random_signs(n, seed)
-    sv = random_signs(m, seed + 1)
+    d = channel_scales(H, channel_power).to(W.device)
+    W, H = W.double() * d, H.to(torch.float64) / d[:, None] / d[None, :]
+    su = random_signs(n, seed).to(W.device)
+    sv = random_signs(m, seed + 1).to(W.device)
     W_tilde = rotate_weight(W.float(), su, sv)  # [m, n]
     wscale = W_tilde.square().mean().sqrt() / scale
     L = cholesky_with_retry(rotate_hessian(H.to(torch.float64), su), sigma=sigma).L  # H̃ ≈ L Lᵀ
@@ -86,7 +100,7 @@ def quip_quantize_layer(
     qidxs = e8p_encode(W_hat.reshape(m, n // GROUP, GROUP))  # exact: Ŵ holds codewords already
     return QuipLayer(
         qidxs=qidxs.to(torch.int32).to(torch.int16),  # wraps 32768..65535 to negative int16, bits kept
-        su=su.half(), sv=sv.half(), wscale=wscale.float(), scale=scale,
+        su=(su / d).half(), sv=sv.half(), wscale=wscale.float(), scale=scale,
         proxy_loss=proxy_loss(target, W_hat, H_tilde) / norm,
         nearest_loss=proxy_loss(target, W_nearest, H_tilde) / norm,
     )

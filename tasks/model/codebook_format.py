@@ -70,6 +70,15 @@ def _codebook_module(linear: torch.nn.Linear, qc: dict[str, Any]) -> torch.nn.Mo
                       nbits=qc["nbits_per_codebook"], group=qc["in_group_size"])
 
 
+def codebook_layer(linear: torch.nn.Linear, qc: dict[str, Any], tensors: dict[str, torch.Tensor]
+                   ) -> torch.nn.Module:
+    """The codebook module that replaces `linear`, holding `tensors` (its checkpoint entries)."""
+    module = _codebook_module(linear, qc)
+    bias = {} if linear.bias is None else {"bias": linear.bias.detach()}
+    module.load_state_dict(tensors | bias, strict=True)
+    return module
+
+
 def load_codebook_model(path: str, dtype: torch.dtype = torch.float32, *, materialize: bool = True
                         ) -> torch.nn.Module:
     """Rebuild the model from config, swap in the codebook Linears, load the tensors strictly.

@@ -6,6 +6,7 @@ llm-compressor recipes give compressed-tensors checkpoints; our own codebook met
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import shutil
@@ -20,10 +21,11 @@ import torch
 from quantgate.conf.methods import VariantSpec
 from quantgate.kernels.ldlq import HessianNotPositiveDefinite
 from quantgate.tasks.model import codebook_format
-from quantgate.tasks.model.codebook_format import save_codebook_checkpoint
+from quantgate.tasks.model.codebook_format import save_codebook_checkpoint, target_linears
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.quantize import wna16
-from quantgate.tasks.quantize.codebook import finetune, layers
+from quantgate.tasks.quantize.codebook import block_tuning, blockwise, finetune, layers
+from quantgate.tasks.quantize.codebook.blockwise import BlockTuning, quantize_blockwise
 from quantgate.tasks.quantize.codebook.finetune import finetune_checkpoint
 from quantgate.tasks.quantize.codebook.layers import calibration_hessians
 from quantgate.tasks.quantize.registry import quantizer_for
@@ -54,7 +56,7 @@ def quantize_code_digest(method: str) -> str:
     entry = getattr(module, "quantize_model", None) or getattr(module, "convert", None) or module.build_recipe
     own = hasattr(module, "quantize_model")
     return source_digest(sys.modules[__name__], module, sys.modules[entry.__module__], wna16, codebook_format,
-                         layers, finetune,
+                         layers, finetune, blockwise, block_tuning,
                          packages=("llmcompressor", "compressed-tensors", "transformers", "torch"),
                          trees=_OWN_KERNELS if own else ())
 
@@ -83,6 +85,21 @@ def computed_with(threads: int) -> dict[str, Any]:
             "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
+LOADED_BELOW = 0.75
+"""Share of the wall time the main thread was on a CPU, under which a run counts as slowed by load.
+The main thread, not the process: it computes all the time (it is worker 0 of every parallel region),
+so the share is ~1 on an idle machine whatever the thread count, and falls when others take its CPU."""
+
+
+def cut_by_load(record: dict[str, Any]) -> bool:
+    """A result whose wall-clock budget cut layers short depends on how loaded the machine was: it
+    is not reused when its main thread got under LOADED_BELOW of the time (the budget allows more
+    on a machine that is not shared). A cut on an idle machine is what the budget buys: reused."""
+    notes = record.get("notes", {})
+    cut = notes.get("cut_layers") or notes.get("cheap_layers", 0)
+    return bool(cut) and not record.get("main_thread_cpu_share", 0.0) >= LOADED_BELOW
+
+
 def check_group_size(model: torch.nn.Module, spec: VariantSpec) -> None:
     group = getattr(spec, "group_size", None)
     if group is None:
@@ -106,7 +123,11 @@ def quantize_variant(
     out = Path(out_dir)
     if (out / "DONE").is_file():
         record = json.loads((out / VARIANT_RECORD).read_text())
-        return QuantizeResult(str(out), record["seconds"], True, record.get("cpu_seconds", float("nan")))
+        if not cut_by_load(record):
+            return QuantizeResult(str(out), record["seconds"], True, record.get("cpu_seconds", float("nan")))
+        print(f"variants[{spec.name}]: the cached result at {out} had layers cut short by its time budget "
+              f"on a loaded machine (its main thread ran {record.get('main_thread_cpu_share', 0):.0%} of the "
+              "time); quantizing again", file=sys.stderr, flush=True)
     method = quantizer_for(spec.method)
     model = load_causal_lm(model_path)
     tokenizer = load_tokenizer(model_path)
@@ -117,7 +138,7 @@ def quantize_variant(
     patches = getattr(method, "runtime_patches", contextlib.nullcontext)
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    start, cpu = time.perf_counter(), time.process_time()
+    start, cpu, main_thread = time.perf_counter(), time.process_time(), time.thread_time()
     notes: dict[str, Any] = {}
     try:
         if hasattr(method, "quantize_model"):
@@ -137,6 +158,7 @@ def quantize_variant(
         raise QuantizeError(f"variants[{spec.name}]: {exc}") from exc
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     record = {"spec": spec.model_dump(mode="json"), "seconds": seconds, "cpu_seconds": cpu_seconds,
+              "main_thread_cpu_share": (time.thread_time() - main_thread) / max(seconds, 1e-9),
               "model": model_path,
               "calibration": calibration_path, "samples": len(dataset or []), "notes": notes,
               "computed_with": computed_with(threads)}
@@ -149,23 +171,33 @@ def quantize_variant(
 
 def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, dataset: Any, out: Path,
                 start: float) -> dict[str, Any]:
-    """Hessians from the calibration forwards, the method's layer loop under its budget, save."""
+    """The method's layer loop (block-wise by default) under its budget, save, end-to-end tuning."""
     batches = [torch.tensor([row["input_ids"]]) for row in dataset]  # [1, T] each: Hessians, then tuning
-    hessians = calibration_hessians(model, batches, ignore=spec.ignore)
+    blockwise = spec.sequential or spec.block_epochs > 0
+    # The block-wise loop changes `model` as it goes: the end-to-end step needs the original.
+    teacher = copy.deepcopy(model) if blockwise and spec.finetune_epochs else model
+    hessians = None if blockwise else calibration_hessians(model, batches, ignore=spec.ignore)
     hessian_seconds = time.perf_counter() - start
     deadline = time.monotonic() + spec.time_budget_s - hessian_seconds
     # The share is of the time the Hessians leave, not of the whole budget: on one core the Hessians
     # of 64 samples take half of a 300 s budget, and a fixed reserve then left the layer loop nothing
     # (every layer rounded to nearest, PPL ×1,000; fine-tuning cannot repair that).
     reserve = max(0.0, deadline - time.monotonic()) * spec.finetune_share if spec.finetune_epochs else 0.0
-    result = method.quantize_model(spec, model=model, hessians=hessians, deadline=deadline - reserve)
+    if blockwise:
+        tuning = BlockTuning(epochs=spec.block_epochs, lr=spec.block_lr, sign_lr=spec.block_sign_lr,
+                             sequential=spec.sequential)
+        result = quantize_blockwise(model, batches, target_linears(model, spec.ignore),
+                                    deadline=deadline - reserve, tuning=tuning,
+                                    fns=method.layer_functions(spec))
+    else:
+        result = method.quantize_model(spec, model=model, hessians=hessians, deadline=deadline - reserve)
     del hessians  # ~0.8 GB of float64 on SmolLM2: not needed by the fine-tuning
     save_codebook_checkpoint(model, tokenizer, layers=result.layers,
                              quantization_config=result.quantization_config, out=out)
     notes = result.notes | {"hessian_seconds": hessian_seconds,
                             "layers_seconds": time.perf_counter() - start - hessian_seconds}
     if spec.finetune_epochs:
-        tuned = finetune_checkpoint(str(out), model, batches, deadline=deadline, epochs=spec.finetune_epochs,
+        tuned = finetune_checkpoint(str(out), teacher, batches, deadline=deadline, epochs=spec.finetune_epochs,
                                     lr=spec.finetune_lr)
         notes |= {f"finetune_{k}": v for k, v in asdict(tuned).items()}
     return notes

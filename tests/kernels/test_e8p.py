@@ -158,11 +158,12 @@ def test_encode_shapes_and_dtypes():
 def test_gaussian_mse_at_best_scale():
     # x ~ N(0, I_8); MSE per coordinate of c·Q(x/c), minimized over c. Measured: 0.0916 at c ≈ 0.96
     # (inputs of RMS 1/c ≈ 1.04, QuIP#'s 1.03), the same for QuIP#'s own 29 norm-12 rows; exact
-    # search confirms 0.0916 is this codebook's value. 2-bit scalar Lloyd–Max is 0.1175. Issue 4 asked
-    # for ≤ 0.090 (published 0.089): not reached by this construction, so the bound here is 0.0925.
+    # search confirms 0.0916 is this codebook's value. 2-bit scalar Lloyd–Max is 0.1175. The reference:
+    # the QuIP# repository's own lattice plot gives E8P 0.0915 on N(0, 1) (the 0.089 sometimes quoted
+    # is the QTIP paper's trellis codes, a different codebook), so the bound is 0.0920.
     x = torch.randn(20000, 8, generator=torch.Generator().manual_seed(2024))
     mse = {c: (x - c * e8p_quantize(x / c)).square().mean().item() for c in (0.90, 0.93, 0.96, 0.99, 1.02)}
     best = min(mse, key=mse.get)
     print(f"E8P Gaussian MSE {mse[best]:.4f} at scale {best} ({mse})")
     assert 0.93 <= best <= 0.99
-    assert mse[best] <= 0.0925
+    assert mse[best] <= 0.0920

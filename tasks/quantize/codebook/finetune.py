@@ -60,9 +60,14 @@ def _kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Ten
 
 @torch.no_grad()
 def _heldout_kl(student: torch.nn.Module, teacher: torch.nn.Module, batches: Sequence[torch.Tensor]) -> float:
+    layers = [m for m in student.modules() if isinstance(m, AqlmLinear | QuipLinear)]
+    for module in layers:  # decoded once for all the check's forwards
+        module.materialize()
     total = 0.0
     for ids in batches:
         total += float(_kl(student(input_ids=ids).logits, teacher(input_ids=ids).logits))
+    for module in layers:
+        module.dense = None
     return total / max(len(batches), 1)
 
 
@@ -80,22 +85,30 @@ def finetune_end_to_end(
     # that check costs what this one did (measured: tens of seconds on one core, past the budget).
     train_until = deadline - (time.monotonic() - started)
     optimizer = torch.optim.Adam(params, lr=lr)
+    codebook_layers = [m for m in student.modules() if isinstance(m, AqlmLinear | QuipLinear)]
     steps, done_epochs, stopped_by = 0, 0, "epochs"
     teacher.eval()
     for _ in range(epochs):
         student.train()
         stepped_before = steps
-        for i, ids in enumerate(train):
+        for first in range(0, len(train), accumulate):
             if time.monotonic() > train_until:
                 stopped_by = "deadline"
                 break
-            with torch.no_grad():
-                target = teacher(input_ids=ids).logits
-            (_kl(student(input_ids=ids).logits, target) / accumulate).backward()
-            if (i + 1) % accumulate == 0 or i + 1 == len(train):
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                steps += 1
+            for module in codebook_layers:  # one differentiable decode per step, shared by its sequences
+                module.dense = module.tuning_weight()
+            chunk = train[first : first + accumulate]
+            loss = 0.0
+            for ids in chunk:
+                with torch.no_grad():
+                    target = teacher(input_ids=ids).logits
+                loss = loss + _kl(student(input_ids=ids).logits, target)
+            (loss / len(chunk)).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            steps += 1
+        for module in codebook_layers:
+            module.dense = None
         student.eval()
         optimizer.zero_grad(set_to_none=True)
         if steps > stepped_before:  # parameters moved: worth a held-out check (else nothing changed)

@@ -41,6 +41,16 @@ class LayerOutcome:
     notes: dict[str, float]
 
 
+@dataclass(frozen=True)
+class LayerFunctions:
+    """What a codebook method gives the layer loops: `full(name, W, H, layer_deadline)`, `cheap(name,
+    W, H)` (the path past the budget) and the checkpoint's quantization_config."""
+
+    full: Callable[[str, torch.Tensor, torch.Tensor, float], LayerOutcome]
+    cheap: Callable[[str, torch.Tensor, torch.Tensor], LayerOutcome]
+    quantization_config: dict[str, Any]
+
+
 def quantize_layers(
     model: torch.nn.Module, hessians: dict[str, torch.Tensor], *, deadline: float,
     full: Callable[[str, torch.Tensor, torch.Tensor, float], LayerOutcome],
@@ -68,10 +78,17 @@ def quantize_layers(
         left -= sizes[name]
         layers[name] = outcome.tensors
         per_layer[name] = outcome.notes
-    notes = {"layers": len(names), "cheap_layers": len(cheap_layers),
-             "budget": "exhausted: later layers got the cheap path" if cheap_layers else "within budget",
-             "per_layer": per_layer}
+    return CodebookResult(layers, quantization_config, summarize_layers(per_layer, cheap_layers))
+
+
+def summarize_layers(per_layer: dict[str, dict[str, float]], cut: list[str]) -> dict[str, Any]:
+    """The variant record's notes: per-layer notes, their means, and the layers the budget cut short
+    (named: a result with cut layers depends on how loaded the machine was)."""
+    notes: dict[str, Any] = {
+        "layers": len(per_layer), "cheap_layers": len(cut), "cut_layers": list(cut),
+        "budget": "exhausted: later layers got the cheap path" if cut else "within budget",
+        "per_layer": per_layer}
     for key in next(iter(per_layer.values()), {}):
         values = [v[key] for v in per_layer.values() if key in v]
         notes[f"mean_{key}"] = sum(values) / len(values)
-    return CodebookResult(layers, quantization_config, notes)
+    return notes

@@ -21,7 +21,12 @@ from quantgate.kernels.aqlm import (
     residual_kmeans_init,
 )
 from quantgate.kernels.ldlq import damped
-from quantgate.tasks.quantize.codebook.layers import CodebookResult, LayerOutcome, quantize_layers
+from quantgate.tasks.quantize.codebook.layers import (
+    CodebookResult,
+    LayerFunctions,
+    LayerOutcome,
+    quantize_layers,
+)
 
 NEEDS_CALIBRATION = True
 NUM_CODEBOOKS, NBITS, GROUP = 2, 8, 8
@@ -41,8 +46,9 @@ def _outcome(W: torch.Tensor, H: torch.Tensor, q: AqlmCodes, notes: dict[str, fl
         notes={"proxy_loss": rel, **notes})
 
 
-def quantize_model(spec: Aqlm2x8, *, model: torch.nn.Module, hessians: dict[str, torch.Tensor],
-                   deadline: float) -> CodebookResult:
+def layer_functions(spec: Aqlm2x8) -> LayerFunctions:
+    """The full and the cheap path for one Linear, and the checkpoint's quantization_config."""
+
     def full(name: str, W: torch.Tensor, H: torch.Tensor, layer_deadline: float) -> LayerOutcome:
         Hd = damped(H, spec.hessian_damp).float()
         res = aqlm_quantize(W, Hd, num_codebooks=NUM_CODEBOOKS, nbits=NBITS, group=GROUP,
@@ -61,5 +67,11 @@ def quantize_model(spec: Aqlm2x8, *, model: torch.nn.Module, hessians: dict[str,
     config = {"quant_method": "aqlm", "in_group_size": GROUP, "out_group_size": 1,
               "num_codebooks": NUM_CODEBOOKS, "nbits_per_codebook": NBITS,
               "linear_weights_not_to_quantize": list(spec.ignore)}
-    return quantize_layers(model, hessians, deadline=deadline, full=full, cheap=cheap,
-                           quantization_config=config)
+    return LayerFunctions(full, cheap, config)
+
+
+def quantize_model(spec: Aqlm2x8, *, model: torch.nn.Module, hessians: dict[str, torch.Tensor],
+                   deadline: float) -> CodebookResult:
+    fns = layer_functions(spec)
+    return quantize_layers(model, hessians, deadline=deadline, full=fns.full, cheap=fns.cheap,
+                           quantization_config=fns.quantization_config)

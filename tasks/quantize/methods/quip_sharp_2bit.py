@@ -4,11 +4,13 @@ incoherence, the E8P lattice codebook (2 bits/weight) and BlockLDLQ feedback rou
 Tseng et al., "QuIP#: Even Better LLM Quantization with Hadamard Incoherence and Lattice
 Codebooks", arXiv 2402.04396. The numerics are in `quantgate.kernels.quip_sharp`; the format
 and loader in `model.codebook_format`. Past the time budget, layers get nearest rounding after
-the same rotation (no LDLQ) and the record says how many.
+the same rotation (no LDLQ) and the record says how many. Each layer tries the input-channel
+normalizations of `channel_powers` (outlier channels, see the kernel) and keeps the lowest loss.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 import zlib
 
@@ -16,32 +18,42 @@ import torch
 
 from quantgate.conf.methods import QuipSharp2Bit
 from quantgate.kernels.quip_sharp import QuipLayer, quip_quantize_layer
-from quantgate.tasks.quantize.codebook.layers import CodebookResult, LayerOutcome, quantize_layers
+from quantgate.tasks.quantize.codebook.layers import (
+    CodebookResult,
+    LayerFunctions,
+    LayerOutcome,
+    quantize_layers,
+)
 
 NEEDS_CALIBRATION = True
 
 
-def _outcome(layer: QuipLayer) -> LayerOutcome:
+def _outcome(layer: QuipLayer, channel_power: float = 0.0) -> LayerOutcome:
     return LayerOutcome(
         tensors={"qidxs": layer.qidxs, "SU": layer.su, "SV": layer.sv, "Wscale": layer.wscale},
         notes={"proxy_loss": layer.proxy_loss, "nearest_loss": layer.nearest_loss,
-               "scale": layer.scale})
+               "scale": layer.scale, "channel_power": channel_power})
 
 
-def quantize_model(spec: QuipSharp2Bit, *, model: torch.nn.Module, hessians: dict[str, torch.Tensor],
-                   deadline: float) -> CodebookResult:
+def layer_functions(spec: QuipSharp2Bit) -> LayerFunctions:
+    """The full and the cheap path for one Linear, and the checkpoint's quantization_config."""
+
     def layer_seed(name: str) -> int:  # distinct signs per layer, reproducible from the spec's seed
         return spec.seed * 100_003 + zlib.crc32(name.encode()) % 100_000
 
     def full(name: str, W: torch.Tensor, H: torch.Tensor, layer_deadline: float) -> LayerOutcome:
         best: QuipLayer | None = None
-        for scale in spec.scale_grid:  # the lowest proxy loss wins; stop trying past the deadline
-            layer = quip_quantize_layer(W, H, seed=layer_seed(name), scale=scale, sigma=spec.hessian_damp)
+        power_of = {}
+        # the lowest proxy loss wins (the loss is the same whatever D is); stop trying past the deadline
+        for power, scale in itertools.product(spec.channel_powers, spec.scale_grid):
+            layer = quip_quantize_layer(W, H, seed=layer_seed(name), scale=scale, sigma=spec.hessian_damp,
+                                        channel_power=power)
+            power_of[id(layer)] = power
             best = layer if best is None or layer.proxy_loss < best.proxy_loss else best
             if time.monotonic() > layer_deadline:
                 break
         assert best is not None
-        return _outcome(best)
+        return _outcome(best, power_of[id(best)])
 
     def cheap(name: str, W: torch.Tensor, H: torch.Tensor) -> LayerOutcome:
         scale = spec.scale_grid[len(spec.scale_grid) // 2]
@@ -50,5 +62,11 @@ def quantize_model(spec: QuipSharp2Bit, *, model: torch.nn.Module, hessians: dic
 
     config = {"quant_method": "quip_sharp", "codebook": "E8P12", "format_version": 1,
               "modules_not_quantized": list(spec.ignore)}
-    return quantize_layers(model, hessians, deadline=deadline, full=full, cheap=cheap,
-                           quantization_config=config)
+    return LayerFunctions(full, cheap, config)
+
+
+def quantize_model(spec: QuipSharp2Bit, *, model: torch.nn.Module, hessians: dict[str, torch.Tensor],
+                   deadline: float) -> CodebookResult:
+    fns = layer_functions(spec)
+    return quantize_layers(model, hessians, deadline=deadline, full=fns.full, cheap=fns.cheap,
+                           quantization_config=fns.quantization_config)

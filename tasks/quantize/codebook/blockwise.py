@@ -1,0 +1,189 @@
+"""Quantize a model decoder block by decoder block, fine-tuning inside each block as it goes.
+
+Minimizes, for each block in turn, the relative squared error ‖B̂(X̂) − B(X)‖² / ‖B(X)‖² between
+the partly quantized block B̂ run on its inputs X̂ and the original block B run on the original
+model's hidden states X (so a block also learns to undo what earlier blocks got wrong). Within a
+block, the Linears are quantized a group at a time in forward order (layers that read one tensor
+form a group: q/k/v, o, gate/up, down); each group's Hessian comes from the inputs the block sees
+with the groups before it already quantized and tuned, and after each group the block's continuous
+parameters are tuned with the codes frozen: the not yet quantized weights, the norms, and the
+quantized layers' sign vectors and scale (QuIP#) or codebooks and row scales (AQLM). The held-out
+sequences pick the best epoch; tuning can only help on them.
+
+QuIP# (arXiv 2402.04396) §5 and its reference code fine-tune inside each decoder block this way
+(Adam, lr 5e-5, sign vectors 5e-4); "sequential" inputs (X̂ from the already quantized blocks, not
+the unquantized model's) are GPTQ's and AQLM's (arXiv 2401.06118) §3.3 order of work.
+With `sequential=False` each block reads the original hidden states (the step table's control).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from quantgate.kernels.hessian import HessianCollector
+from quantgate.tasks.model.codebook_format import codebook_layer
+from quantgate.tasks.quantize.codebook.layers import CodebookResult, LayerFunctions, summarize_layers
+
+
+@dataclass(frozen=True)
+class BlockTuning:
+    epochs: int  # per group; 0: no tuning inside blocks
+    lr: float  # weights, norms, Wscale, codebooks, row scales
+    sign_lr: float  # QuIP#'s sign vectors S_U, S_V
+    sequential: bool  # inputs from the quantized blocks before (True) or the original model (False)
+    quantize_share: float = 0.5  # of a group's time, for its layers' own search (the rest tunes)
+
+
+@dataclass
+class _Sequence:  # one calibration sequence at a block boundary
+    quantized: torch.Tensor  # [1, T, d] hidden state through the quantized blocks so far
+    original: torch.Tensor  # [1, T, d] through the original blocks
+    kwargs: dict[str, Any]  # what the model passes every decoder layer (rotary embeddings, mask, ...)
+
+
+@dataclass
+class _Progress:
+    layers: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    notes: dict[str, dict[str, float]] = field(default_factory=dict)
+    cut: list[str] = field(default_factory=list)
+
+
+def decoder_blocks(model: torch.nn.Module) -> torch.nn.ModuleList:
+    blocks = getattr(getattr(model, "model", None), "layers", None)
+    if not isinstance(blocks, torch.nn.ModuleList):
+        raise ValueError(f"{type(model).__name__}: no model.layers list of decoder blocks; block-wise "
+                         "quantization needs one (set block_epochs: 0 and sequential: false)")
+    return blocks
+
+
+class _Stop(Exception):
+    pass
+
+
+@torch.no_grad()
+def capture_block_inputs(model: torch.nn.Module, batches: Sequence[torch.Tensor]) -> list[_Sequence]:
+    """The first decoder block's inputs, one per sequence (the embedding forward only)."""
+    captured: list[_Sequence] = []
+
+    def hook(_module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        hidden = args[0] if args else kwargs.pop("hidden_states")
+        captured.append(_Sequence(hidden, hidden, dict(kwargs)))
+        raise _Stop
+
+    handle = decoder_blocks(model)[0].register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        for ids in batches:
+            try:
+                model(input_ids=ids.to(model.device), use_cache=False)
+            except _Stop:
+                pass
+    finally:
+        handle.remove()
+    return captured
+
+
+def _run(block: torch.nn.Module, x: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
+    out = block(x, **kwargs)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _groups(block: torch.nn.Module, targets: dict[str, torch.nn.Module], seq: _Sequence) -> list[list[str]]:
+    """Target Linears of the block in forward order, grouped by the tensor they read."""
+    collector = HessianCollector().attach(targets)
+    try:
+        with torch.no_grad():
+            _run(block, seq.original, seq.kwargs)
+    finally:
+        collector.detach()
+    by_input: dict[int, list[str]] = {}
+    for name, acc in collector.accumulators.items():
+        by_input.setdefault(id(acc), []).append(name)
+    return list(by_input.values())
+
+
+@torch.no_grad()
+def _group_hessians(block: torch.nn.Module, modules: dict[str, torch.nn.Module],
+                    seqs: Sequence[_Sequence], sequential: bool) -> dict[str, torch.Tensor]:
+    collector = HessianCollector().attach(modules)
+    try:
+        for seq in seqs:
+            _run(block, seq.quantized if sequential else seq.original, seq.kwargs)
+            collector.next_batch()
+    finally:
+        collector.detach()
+    return collector.hessians()
+
+
+def quantize_blockwise(
+    model: torch.nn.Module, batches: Sequence[torch.Tensor], targets: dict[str, torch.nn.Linear], *,
+    deadline: float, tuning: BlockTuning, fns: LayerFunctions,
+) -> CodebookResult:
+    """Swap every target Linear of `model` for its codebook module, block by block, within `deadline`
+    (past it, layers get `cheap` and no tuning, and are listed as cut)."""
+    from quantgate.tasks.quantize.codebook.block_tuning import tune_block
+
+    seqs = capture_block_inputs(model, batches)
+    progress = _Progress()
+    blocks = decoder_blocks(model)
+    prefix = next(n for n, m in model.named_modules() if m is blocks)
+    for index, block in enumerate(blocks):
+        with torch.no_grad():  # the original block's outputs: this block's targets, the next one's inputs
+            targets_out = [_run(block, s.original, s.kwargs) for s in seqs]
+        own = {n.removeprefix(f"{prefix}.{index}."): m for n, m in targets.items()
+               if n.startswith(f"{prefix}.{index}.")}
+        block_deadline = time.monotonic() + max(0.0, deadline - time.monotonic()) / (len(blocks) - index)
+        left = sum(m.weight.numel() for m in own.values())
+        for group in _groups(block, own, seqs[0]) if own else []:
+            size = sum(own[n].weight.numel() for n in group)
+            now = time.monotonic()
+            group_end = now + max(0.0, block_deadline - now) * size / left
+            left -= size
+            tune = tuning.epochs > 0 and now < deadline
+            quant_end = now + (group_end - now) * (tuning.quantize_share if tune else 1.0)
+            hessians = _group_hessians(block, {n: own[n] for n in group}, seqs, tuning.sequential)
+            for name in group:
+                _quantize_one(block, f"{prefix}.{index}.{name}", name, own[name], hessians[name],
+                              quant_end, deadline, fns, progress)
+            if tune:
+                report = tune_block(block, seqs, targets_out, tuning=tuning, deadline=group_end)
+                for name in group:
+                    progress.notes[f"{prefix}.{index}.{name}"] |= report
+        _store(block, f"{prefix}.{index}", own, progress)
+        with torch.no_grad():
+            for seq, out in zip(seqs, targets_out, strict=True):
+                seq.quantized = _run(block, seq.quantized, seq.kwargs) if tuning.sequential else out
+                seq.original = out
+    return CodebookResult(progress.layers, fns.quantization_config,
+                          summarize_layers(progress.notes, progress.cut))
+
+
+def _quantize_one(block: torch.nn.Module, full_name: str, name: str, linear: torch.nn.Linear,
+                  H: torch.Tensor, quant_end: float, deadline: float, fns: LayerFunctions,
+                  progress: _Progress) -> None:
+    W = linear.weight.detach().float()
+    started = time.monotonic()
+    if started < deadline:
+        outcome = fns.full(full_name, W, H, min(quant_end, deadline))
+    else:
+        outcome = fns.cheap(full_name, W, H)
+        progress.cut.append(full_name)
+    module = codebook_layer(linear, fns.quantization_config, outcome.tensors).to(linear.weight.device)
+    module.materialize()  # dense decode for the forwards; tuning clears it
+    block.set_submodule(name, module)
+    progress.layers[full_name] = outcome.tensors
+    progress.notes[full_name] = dict(outcome.notes) | {"seconds": time.monotonic() - started}
+
+
+def _store(block: torch.nn.Module, prefix: str, own: dict[str, torch.nn.Module], progress: _Progress) -> None:
+    """The block's final (tuned) codebook tensors, in the dtypes the format stores."""
+    for name in own:
+        module = block.get_submodule(name)
+        stored = progress.layers[f"{prefix}.{name}"]
+        state = module.state_dict()
+        progress.layers[f"{prefix}.{name}"] = {k: state[k].detach().to(v.dtype).contiguous()
+                                               for k, v in stored.items()}

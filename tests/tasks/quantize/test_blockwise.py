@@ -1,0 +1,84 @@
+"""Block-wise quantization with tuning inside each decoder block, on a tiny Llama: the groups
+follow the forward, tuning lowers the block's held-out error and the model's, and a cached result
+cut short by a loaded machine is not reused."""
+
+import json
+
+import pytest
+import torch
+from pydantic import TypeAdapter
+
+from quantgate.conf.methods import VariantSpec
+from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
+from quantgate.tasks.quantize.codebook.blockwise import _groups, capture_block_inputs
+from quantgate.tasks.quantize.run import VARIANT_RECORD, cut_by_load, quantize_variant
+
+from factories import calibration_file, mixed_records, tiny_llama
+
+SPEC = TypeAdapter(VariantSpec)
+QUIP = {"name": "q", "method": "quip_sharp_2bit", "num_samples": 8, "finetune_epochs": 0}
+
+
+@pytest.fixture(scope="module")
+def model96(tmp_path_factory) -> str:
+    return str(tiny_llama(tmp_path_factory.mktemp("tiny96") / "model", hidden=96))
+
+
+@pytest.fixture(scope="module")
+def calibration(tmp_path_factory):
+    return str(calibration_file(tmp_path_factory.mktemp("cal")))
+
+
+def _quantize(spec: dict, model: str, calibration: str, out) -> tuple[str, dict]:
+    res = quantize_variant(SPEC.validate_python(spec), model_path=model, calibration_path=calibration,
+                           out_dir=str(out), max_seq_len=64, threads=1)
+    return res.checkpoint, json.loads((out / VARIANT_RECORD).read_text())
+
+
+def _logit_error(base: str, path: str) -> float:
+    """On held-out text of the calibration's kind (random ids excite directions no Hessian saw)."""
+    text = [f"{r['request']['messages'][0]['content']} {r['response']['choices'][0]['message']['content']}"
+            for r in mixed_records(60, seed=7)[-4:]]
+    ids = load_tokenizer(base)(text, return_tensors="pt", padding=True).input_ids
+    with torch.no_grad():
+        ref = load_causal_lm(base)(input_ids=ids).logits
+        return float((load_causal_lm(path)(input_ids=ids).logits - ref).norm() / ref.norm())
+
+
+def test_groups_follow_the_forward_and_share_inputs(model96):
+    model = load_causal_lm(model96)
+    seqs = capture_block_inputs(model, [torch.tensor([[5, 9, 13, 21, 40]])])
+    block = model.model.layers[0]
+    own = {n: m for n, m in block.named_modules() if isinstance(m, torch.nn.Linear)}
+    assert _groups(block, own, seqs[0]) == [
+        ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], ["self_attn.o_proj"],
+        ["mlp.gate_proj", "mlp.up_proj"], ["mlp.down_proj"]]
+
+
+def test_block_tuning_lowers_the_block_and_model_error(model96, calibration, tmp_path):
+    plain, _ = _quantize(QUIP | {"sequential": False, "block_epochs": 0}, model96, calibration, tmp_path / "a")
+    tuned, record = _quantize(QUIP | {"block_epochs": 6, "block_lr": 1e-3, "block_sign_lr": 1e-2},
+                              model96, calibration, tmp_path / "b")
+    per_layer = record["notes"]["per_layer"]
+    assert len(per_layer) == 14 and record["notes"]["cut_layers"] == []
+    assert all(v["block_error_after"] <= v["block_error_before"] for v in per_layer.values())
+    assert any(v["block_error_after"] < 0.9 * v["block_error_before"] for v in per_layer.values())
+    assert _logit_error(model96, tuned) < _logit_error(model96, plain)
+
+
+def test_a_result_cut_short_on_a_loaded_machine_is_quantized_again(model96, calibration, tmp_path):
+    spec = QUIP | {"time_budget_s": 1e-6, "block_epochs": 0}
+    out = tmp_path / "v"
+    _, record = _quantize(spec, model96, calibration, out)
+    assert len(record["notes"]["cut_layers"]) == 14
+    record["main_thread_cpu_share"] = 0.5  # as if another job had taken half the CPU
+    (out / VARIANT_RECORD).write_text(json.dumps(record))
+    assert cut_by_load(record)
+    again = quantize_variant(SPEC.validate_python(spec), model_path=model96, calibration_path=calibration,
+                             out_dir=str(out), max_seq_len=64, threads=1)
+    assert not again.reused
+    idle = json.loads((out / VARIANT_RECORD).read_text()) | {"main_thread_cpu_share": 0.95}
+    (out / VARIANT_RECORD).write_text(json.dumps(idle))
+    assert quantize_variant(SPEC.validate_python(spec), model_path=model96, calibration_path=calibration,
+                            out_dir=str(out), max_seq_len=64, threads=1).reused
+    assert not cut_by_load(idle | {"notes": {"cut_layers": [], "cheap_layers": 0}, "main_thread_cpu_share": 0.1})
