@@ -131,21 +131,23 @@ def quantize_blockwise(
     progress = _Progress()
     blocks = decoder_blocks(model)
     prefix = next(n for n, m in model.named_modules() if m is blocks)
+    clock = _Clock(deadline, sum(m.weight.numel() for m in targets.values()))
     for index, block in enumerate(blocks):
+        started = time.monotonic()
         with torch.no_grad():  # the original block's outputs: this block's targets, the next one's inputs
             targets_out = [_run(block, s.original, s.kwargs) for s in seqs]
         own = {n.removeprefix(f"{prefix}.{index}."): m for n, m in targets.items()
                if n.startswith(f"{prefix}.{index}.")}
-        block_deadline = time.monotonic() + max(0.0, deadline - time.monotonic()) / (len(blocks) - index)
-        left = sum(m.weight.numel() for m in own.values())
+        clock.fixed_seconds += time.monotonic() - started
         for group in _groups(block, own, seqs[0]) if own else []:
+            started = time.monotonic()
+            hessians = _group_hessians(block, {n: own[n] for n in group}, seqs, tuning.sequential)
             size = sum(own[n].weight.numel() for n in group)
             now = time.monotonic()
-            group_end = now + max(0.0, block_deadline - now) * size / left
-            left -= size
+            clock.fixed_seconds += now - started
+            group_end = now + clock.share(size)
             tune = tuning.epochs > 0 and now < deadline
             quant_end = now + (group_end - now) * (tuning.quantize_share if tune else 1.0)
-            hessians = _group_hessians(block, {n: own[n] for n in group}, seqs, tuning.sequential)
             for name in group:
                 _quantize_one(block, f"{prefix}.{index}.{name}", name, own[name], hessians[name],
                               quant_end, deadline, fns, progress)
@@ -153,13 +155,37 @@ def quantize_blockwise(
                 report = tune_block(block, seqs, targets_out, tuning=tuning, deadline=group_end)
                 for name in group:
                     progress.notes[f"{prefix}.{index}.{name}"] |= report
+            clock.done(size)
         _store(block, f"{prefix}.{index}", own, progress)
+        started = time.monotonic()
         with torch.no_grad():
             for seq, out in zip(seqs, targets_out, strict=True):
                 seq.quantized = _run(block, seq.quantized, seq.kwargs) if tuning.sequential else out
                 seq.original = out
+        clock.fixed_seconds += time.monotonic() - started
     return CodebookResult(progress.layers, fns.quantization_config,
                           summarize_layers(progress.notes, progress.cut))
+
+
+@dataclass
+class _Clock:
+    """Splits what is left of the budget between groups in proportion to their weights, after
+    setting aside what the remaining groups will spend whatever their share (Hessians, forwards:
+    measured so far, per weight), so the last layers are not the ones the budget cuts."""
+
+    deadline: float
+    weights_left: int
+    fixed_seconds: float = 0.0
+    weights_done: int = 0
+
+    def share(self, size: int) -> float:
+        rate = self.fixed_seconds / self.weights_done if self.weights_done else 0.0
+        spare = self.deadline - time.monotonic() - rate * (self.weights_left - size)
+        return max(0.0, spare) * size / max(self.weights_left, 1)
+
+    def done(self, size: int) -> None:
+        self.weights_left -= size
+        self.weights_done += size
 
 
 def _quantize_one(block: torch.nn.Module, full_name: str, name: str, linear: torch.nn.Linear,
