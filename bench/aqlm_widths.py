@@ -48,8 +48,9 @@ def main() -> None:
         x = torch.randn(1, n, generator=gen)
         torch.testing.assert_close(aqlm_decode_matmul_fast(x, codes, codebooks, scales), x @ weight.T,
                                    rtol=1e-3, atol=1e-3)
-        lut = _median_call(lambda: aqlm_decode_matmul_fast(x, codes, codebooks, scales), args.reps)
-        dense = _median_call(lambda: x @ weight.T, args.reps)
+        lut = _median_call(lambda x=x, c=codes, b=codebooks, s=scales: aqlm_decode_matmul_fast(x, c, b, s),
+                           args.reps)
+        dense = _median_call(lambda x=x, w=weight: x @ w.T, args.reps)
         print(json.dumps({"in": n, "out": m, "lut_us": round(lut * 1e6, 1), "dense_us": round(dense * 1e6, 1),
                           "lut_over_dense": round(lut / dense, 2), "threads": args.threads}), flush=True)
 

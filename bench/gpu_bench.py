@@ -41,9 +41,6 @@ def gpu_facts() -> dict[str, object]:
 
 
 def main() -> None:
-    from quantgate.conf.schema import BenchConf
-    from quantgate.tasks.perf.bench import bench_table, run_bench
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline", required=True)
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=DIR")
@@ -55,19 +52,29 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("gpu_bench.json"))
     args = ap.parse_args()
     sizes = tuple(int(b) for b in args.batch.split(","))
-    gpu = args.device == "cuda"
-    conf = BenchConf(device=args.device, batch_sizes=sizes, gate_batch=sizes[0], prompt_tokens=64,
-                     new_tokens=args.new_tokens, repeats=args.repeats, bf16_baseline=not gpu,
+    paths = {"baseline": args.baseline} | dict(v.split("=", 1) for v in args.variant)
+    bench_on_device(paths, heldout=args.heldout, device=args.device, sizes=sizes, new_tokens=args.new_tokens,
+                    repeats=args.repeats, out=args.out)
+
+
+def bench_on_device(paths: dict[str, str], *, heldout: str, device: str, sizes: tuple[int, ...],
+                    new_tokens: int, repeats: int, out: Path) -> None:
+    """Decode speed and energy of `paths` (name -> checkpoint) on `device`; the JSON at `out`."""
+    from quantgate.conf.schema import BenchConf
+    from quantgate.tasks.perf.bench import bench_table, run_bench
+
+    gpu = device == "cuda"
+    conf = BenchConf(device=device, batch_sizes=sizes, gate_batch=sizes[0], prompt_tokens=64,
+                     new_tokens=new_tokens, repeats=repeats, bf16_baseline=not gpu,
                      energy=("nvml",) if gpu else ("rapl", "estimated"),
                      hardware="h200" if gpu else "cpu-epyc-2core")
-    paths = {"baseline": args.baseline} | dict(v.split("=", 1) for v in args.variant)
-    report = run_bench(conf, paths, heldout_path=args.heldout, out_path=str(args.out))
-    data = json.loads(args.out.read_text())
+    report = run_bench(conf, paths, heldout_path=heldout, out_path=str(out))
+    data = json.loads(out.read_text())
     data["date"] = datetime.date.today().isoformat()
     data["device"] = gpu_facts() if gpu else {"cpu": report.machine}
-    args.out.write_text(json.dumps(data, indent=1))
+    out.write_text(json.dumps(data, indent=1))
     print(bench_table(report))
-    print(f"energy: {report.energy_method} ({report.energy_detail}); JSON: {args.out}")
+    print(f"energy: {report.energy_method} ({report.energy_detail}); JSON: {out}")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """Quantize 2-bit variants on the config's model and calibration traffic, outside the flow, and
 score perplexity against the baseline on the held-out traffic (per slice) and on the GPL-3 text.
 
-For method work (issue 4's step table, issue 10's Hessian correction): one process, a chosen thread
-count, a variant given as its conf mapping, so one setting can be changed at a time. The traffic and model are prepared as the flow prepares
-them (same folders under --state-dir, so a finished run's are reused).
+For method work (issue 4's step table, issue 10's Hessian correction, issue 14's block tuning): one
+process, a chosen thread count, a variant given as its conf mapping, so one setting can be changed at
+a time. The traffic and model are prepared as the flow prepares them (the same folders under
+--state-dir, so a finished run's are reused).
 
     .venv/bin/python bench/twobit_ppl.py --threads 2 \\
         '{"name": "quip_noft", "method": "quip_sharp_2bit", "num_samples": 64, "finetune_epochs": 0}'
@@ -19,11 +20,11 @@ import torch
 
 from quantgate.conf.load import load_config
 from quantgate.conf.methods import variant_spec
-from quantgate.tasks.evaluate.perplexity import evaluate_checkpoint
-from quantgate.tasks.quantize.run import VARIANT_RECORD, quantize_variant
 from quantgate.tasks.evaluate.long_context import CORPUS_DIR, block_nlls
+from quantgate.tasks.evaluate.perplexity import evaluate_checkpoint
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.model.source import resolve_model
+from quantgate.tasks.quantize.run import VARIANT_RECORD, quantize_variant
 from quantgate.tasks.traffic.prepare import prepare_traffic
 
 GPL3_WINDOW = 512
@@ -51,6 +52,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench-twobit"), help="checkpoints and evals")
     ap.add_argument("--config", default=None, help="eval, calibration settings (default: conf/default.yaml)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tasks", action="store_true",
+                    help="also the config's lm-eval tasks; recovery = variant's metric / baseline's")
     args = ap.parse_args()
     conf = load_config(args.config)
     torch.set_num_threads(args.threads)
@@ -63,7 +66,20 @@ def main() -> None:
                                    window=conf.eval.window, batch_size=conf.eval.batch_size,
                                    dtype=conf.eval.dtype)
 
+    def task_metrics(path: str, name: str) -> dict[str, float]:
+        if not args.tasks:
+            return {}
+        from quantgate.tasks.evaluate.lmeval import read_lmeval, run_lmeval
+
+        out = args.out / f"{name}-lmeval"
+        if (out / "lmeval.json").is_file():  # written last: a finished evaluation (the baseline's, reused)
+            return read_lmeval(str(out / "lmeval.json")).metrics
+        return run_lmeval(path, str(out), tasks=list(conf.lmeval.tasks),
+                          replay_path=heldout, replay_size=conf.lmeval.replay_size,
+                          batch_size=conf.lmeval.batch_size, dtype=conf.eval.dtype).metrics
+
     base = evaluate(model_path, "baseline")
+    base_tasks = task_metrics(model_path, "baseline")
     base_gpl3 = gpl3_ppl(model_path)
     print(f"baseline PPL {base.ppl:.3f} on {base.tokens} tokens; GPL-3 {base_gpl3:.3f}", flush=True)
     for mapping in args.variants:
@@ -73,6 +89,8 @@ def main() -> None:
                                threads=args.threads)
         ev = evaluate(res.checkpoint, spec.name)
         gpl3 = gpl3_ppl(res.checkpoint)
+        tasks = task_metrics(res.checkpoint, spec.name)
+        recovery = {k: round(v / base_tasks[k], 3) if base_tasks.get(k) else None for k, v in tasks.items()}
         notes = json.loads((Path(res.checkpoint) / VARIANT_RECORD).read_text())["notes"]
         slices = sorted(((s.ppl / base.slices[k].ppl, k) for k, s in ev.slices.items()
                          if k in base.slices and s.tokens >= conf.eval.min_slice_tokens), reverse=True)
@@ -84,6 +102,7 @@ def main() -> None:
             "worst_slices": [(k, round(r, 2)) for r, k in slices[:3]], "quantize_s": round(res.seconds),
             "notes": {k: v for k, v in notes.items() if k != "per_layer"},
             "worst_layers": [(n, round(loss, 4)) for n, loss in worst_layers],
+            "tasks": {k: round(v, 3) for k, v in tasks.items()}, "task_recovery": recovery,
         }), flush=True)
 
 

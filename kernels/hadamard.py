@@ -184,10 +184,10 @@ def rht(x: torch.Tensor, signs: torch.Tensor, factor: torch.Tensor) -> torch.Ten
     n = x.shape[-1]
     m, p = _layout(n, signs, factor)
     dtype = _work_dtype(x)
-    y = (x.to(dtype) * signs.to(dtype)).reshape(*x.shape[:-1], m, p)  # [..., m, p]
+    y = (x.to(dtype) * signs.to(x.device, dtype)).reshape(*x.shape[:-1], m, p)  # [..., m, p]
     y = fwht(y)  # H_p/√p on b
     if m > 1:
-        y = torch.matmul(factor.to(dtype), y)  # F on a
+        y = torch.matmul(factor.to(x.device, dtype), y)  # F on a
     return y.reshape(x.shape).to(x.dtype)
 
 
@@ -198,8 +198,8 @@ def rht_inverse(y: torch.Tensor, signs: torch.Tensor, factor: torch.Tensor) -> t
     dtype = _work_dtype(y)
     x = y.to(dtype).reshape(*y.shape[:-1], m, p)  # [..., m, p]
     if m > 1:
-        x = torch.matmul(factor.to(dtype).T, x)
-    x = fwht(x).reshape(y.shape) * signs.to(dtype)
+        x = torch.matmul(factor.to(y.device, dtype).T, x)
+    x = fwht(x).reshape(y.shape) * signs.to(y.device, dtype)
     return x.to(y.dtype)
 
 

@@ -56,7 +56,8 @@ class HessianCollector:
                 return
             acc = self.accumulators.get(name)
             if acc is None:
-                acc = HessianAccumulator(torch.zeros(x.shape[-1], x.shape[-1], dtype=torch.float64))
+                acc = HessianAccumulator(torch.zeros(x.shape[-1], x.shape[-1], dtype=torch.float64,
+                                                        device=x.device))
                 self.accumulators[name] = acc
             acc.update(x)
             self._seen[key] = (weakref.ref(x), acc)
@@ -76,3 +77,11 @@ class HessianCollector:
         """name -> E[x xᵀ] [n, n] float64; sharing layers get the same tensor object."""
         means: dict[int, torch.Tensor] = {}
         return {name: means.setdefault(id(acc), acc.mean()) for name, acc in self.accumulators.items()}
+
+
+def channel_scales(H: torch.Tensor, power: float) -> torch.Tensor:
+    """[n] float64 (H_jj / mean H_jj)^(power/2): input-channel scales that even out H's diagonal
+    (power 1: every channel to the mean energy; 0: all ones). Used by the 2-bit methods on the
+    massive-activation channels, see `kernels.quip_sharp` and `tasks.quantize.codebook.absorb`."""
+    diag = H.diagonal().to(torch.float64).clamp_min(0)
+    return (diag / diag.mean()).clamp_min(1e-6) ** (power / 2)

@@ -29,7 +29,7 @@ def damped(H: torch.Tensor, sigma: float) -> torch.Tensor:
     """H / mean(diag H) + σ I in float64: scale-free, and σ keeps dead input channels invertible."""
     H = H.to(torch.float64)
     mean_diag = H.diagonal().mean().clamp_min(1e-12)
-    return H / mean_diag + sigma * torch.eye(H.shape[0], dtype=torch.float64)
+    return H / mean_diag + sigma * torch.eye(H.shape[0], dtype=torch.float64, device=H.device)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ import torch
 
 from quantgate.kernels.e8p import e8p_encode, e8p_quantize
 from quantgate.kernels.hadamard import random_signs, rht, rht_inverse, small_factor
+from quantgate.kernels.hessian import channel_scales
 from quantgate.kernels.ldlq import block_ldlq, cholesky_with_retry, proxy_loss
 
 GROUP = 8  # E8P quantizes 8 weights per 16-bit code
@@ -64,12 +65,6 @@ def rotate_hessian(H: torch.Tensor, su: torch.Tensor) -> torch.Tensor:
     """H̃ = T_n H T_nᵀ [n, n] (H symmetric)."""
     factor = small_factor(H.shape[0], dtype=torch.float64).to(H.dtype)
     return rht(rht(H, su.to(H.dtype), factor).T.contiguous(), su.to(H.dtype), factor)
-
-
-def channel_scales(H: torch.Tensor, power: float) -> torch.Tensor:
-    """D's diagonal [n] float64: (H_jj / mean H_jj)^(power/2); all ones at power 0."""
-    diag = H.diagonal().to(torch.float64).clamp_min(0)
-    return (diag / diag.mean()).clamp_min(1e-6) ** (power / 2)
 
 
 def quip_quantize_layer(

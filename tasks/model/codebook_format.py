@@ -44,13 +44,13 @@ def save_codebook_checkpoint(model: torch.nn.Module, tokenizer: Any, *,
     for key, value in model.state_dict().items():
         if key in replaced or (tied and key == "lm_head.weight"):
             continue
-        state[key] = value.detach().contiguous()
+        state[key] = value.detach().cpu().contiguous()
     for name, tensors in layers.items():
         bias = model.get_submodule(name).bias
         if bias is not None:
-            state[f"{name}.bias"] = bias.detach().contiguous()
+            state[f"{name}.bias"] = bias.detach().cpu().contiguous()
         for leaf, value in tensors.items():
-            state[f"{name}.{leaf}"] = value.detach().contiguous()
+            state[f"{name}.{leaf}"] = value.detach().cpu().contiguous()
     save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
     config = model.config.to_dict()
     config["quantization_config"] = quantization_config

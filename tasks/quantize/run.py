@@ -24,7 +24,7 @@ from quantgate.tasks.model import codebook_format
 from quantgate.tasks.model.codebook_format import save_codebook_checkpoint, target_linears
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.quantize import wna16
-from quantgate.tasks.quantize.codebook import block_tuning, blockwise, finetune, layers
+from quantgate.tasks.quantize.codebook import absorb, block_tuning, blockwise, finetune, layers
 from quantgate.tasks.quantize.codebook.blockwise import BlockTuning, quantize_blockwise
 from quantgate.tasks.quantize.codebook.finetune import finetune_checkpoint
 from quantgate.tasks.quantize.codebook.layers import calibration_hessians
@@ -56,7 +56,7 @@ def quantize_code_digest(method: str) -> str:
     entry = getattr(module, "quantize_model", None) or getattr(module, "convert", None) or module.build_recipe
     own = hasattr(module, "quantize_model")
     return source_digest(sys.modules[__name__], module, sys.modules[entry.__module__], wna16, codebook_format,
-                         layers, finetune, blockwise, block_tuning,
+                         layers, finetune, blockwise, block_tuning, absorb,
                          packages=("llmcompressor", "compressed-tensors", "transformers", "torch"),
                          trees=_OWN_KERNELS if own else ())
 
@@ -172,7 +172,9 @@ def quantize_variant(
 def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, dataset: Any, out: Path,
                 start: float) -> dict[str, Any]:
     """The method's layer loop (block-wise by default) under its budget, save, end-to-end tuning."""
-    batches = [torch.tensor([row["input_ids"]]) for row in dataset]  # [1, T] each: Hessians, then tuning
+    device = quantize_device(spec)
+    model.to(device)
+    batches = [torch.tensor([row["input_ids"]], device=device) for row in dataset]  # [1, T] each
     blockwise = spec.sequential or spec.block_epochs > 0
     # The block-wise loop changes `model` as it goes: the end-to-end step needs the original.
     teacher = copy.deepcopy(model) if blockwise and spec.finetune_epochs else model
@@ -197,10 +199,22 @@ def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, data
     notes = result.notes | {"hessian_seconds": hessian_seconds,
                             "layers_seconds": time.perf_counter() - start - hessian_seconds}
     if spec.finetune_epochs:
-        tuned = finetune_checkpoint(str(out), teacher, batches, deadline=deadline, epochs=spec.finetune_epochs,
-                                    lr=spec.finetune_lr)
+        tuned = finetune_checkpoint(str(out), teacher, batches, deadline=deadline,
+                                    epochs=spec.finetune_epochs, lr=spec.finetune_lr)
         notes |= {f"finetune_{k}": v for k, v in asdict(tuned).items()}
     return notes
+
+
+def quantize_device(spec: VariantSpec) -> torch.device:
+    """CUDA when the variant's resources ask for a GPU and one is there: the layer loop, Hessians and
+    tuning then run on it, the same code as on the CPU (every kernel follows its inputs' device)."""
+    if spec.resources.num_gpus > 0:
+        if not torch.cuda.is_available():
+            print(f"variants[{spec.name}]: resources.num_gpus={spec.resources.num_gpus} but no CUDA device "
+                  "is visible; quantizing on the CPU", file=sys.stderr, flush=True)
+        else:
+            return torch.device("cuda")
+    return torch.device("cpu")
 
 
 def _calibration_dataset(tokenizer: Any, path: str, n: int, max_len: int) -> Any:

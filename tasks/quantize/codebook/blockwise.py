@@ -27,6 +27,7 @@ import torch
 
 from quantgate.kernels.hessian import HessianCollector
 from quantgate.tasks.model.codebook_format import codebook_layer
+from quantgate.tasks.quantize.codebook.absorb import normalize_group_inputs
 from quantgate.tasks.quantize.codebook.layers import CodebookResult, LayerFunctions, summarize_layers
 
 
@@ -142,15 +143,20 @@ def quantize_blockwise(
         for group in _groups(block, own, seqs[0]) if own else []:
             started = time.monotonic()
             hessians = _group_hessians(block, {n: own[n] for n in group}, seqs, tuning.sequential)
+            hessians = normalize_group_inputs(block, group, hessians, fns.input_power)
             size = sum(own[n].weight.numel() for n in group)
             now = time.monotonic()
             clock.fixed_seconds += now - started
             group_end = now + clock.share(size)
             tune = tuning.epochs > 0 and now < deadline
             quant_end = now + (group_end - now) * (tuning.quantize_share if tune else 1.0)
-            for name in group:
+            left = size
+            for name in group:  # each layer its weight share of the group's search time
+                now, layer_size = time.monotonic(), own[name].weight.numel()
+                layer_end = now + max(0.0, quant_end - now) * layer_size / left
+                left -= layer_size
                 _quantize_one(block, f"{prefix}.{index}.{name}", name, own[name], hessians[name],
-                              quant_end, deadline, fns, progress)
+                              layer_end, deadline, fns, progress)
             if tune:
                 report = tune_block(block, seqs, targets_out, tuning=tuning, deadline=group_end)
                 for name in group:

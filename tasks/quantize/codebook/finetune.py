@@ -133,13 +133,15 @@ def finetune_checkpoint(path: str, teacher: torch.nn.Module, batches: Sequence[t
 
     from quantgate.tasks.model.codebook_format import load_codebook_model
 
-    student = load_codebook_model(path, materialize=False)
+    device = next(teacher.parameters()).device  # the GPU when the variant asked for one
+    student = load_codebook_model(path, materialize=False).to(device)
+    batches = [ids.to(device) for ids in batches]
     report = finetune_end_to_end(student, teacher, batches, deadline=deadline, epochs=epochs, lr=lr)
     file = f"{path}/model.safetensors"
     stored = load_file(file)
     tuned = student.state_dict()
     for key, value in stored.items():
         if key in tuned and value.is_floating_point():
-            stored[key] = tuned[key].detach().to(value.dtype).contiguous()
+            stored[key] = tuned[key].detach().cpu().to(value.dtype).contiguous()
     save_file(stored, file, metadata={"format": "pt"})
     return report

@@ -67,7 +67,7 @@ def layer_functions(spec: Aqlm2x8) -> LayerFunctions:
     config = {"quant_method": "aqlm", "in_group_size": GROUP, "out_group_size": 1,
               "num_codebooks": NUM_CODEBOOKS, "nbits_per_codebook": NBITS,
               "linear_weights_not_to_quantize": list(spec.ignore)}
-    return LayerFunctions(full, cheap, config)
+    return LayerFunctions(full, cheap, config, input_power=spec.input_channel_power)
 
 
 def quantize_model(spec: Aqlm2x8, *, model: torch.nn.Module, hessians: dict[str, torch.Tensor],

@@ -56,7 +56,8 @@ def test_groups_follow_the_forward_and_share_inputs(model96):
 
 
 def test_block_tuning_lowers_the_block_and_model_error(model96, calibration, tmp_path):
-    plain, _ = _quantize(QUIP | {"sequential": False, "block_epochs": 0}, model96, calibration, tmp_path / "a")
+    plain, _ = _quantize(QUIP | {"sequential": False, "block_epochs": 0}, model96, calibration,
+                         tmp_path / "a")
     tuned, record = _quantize(QUIP | {"block_epochs": 6, "block_lr": 1e-3, "block_sign_lr": 1e-2},
                               model96, calibration, tmp_path / "b")
     per_layer = record["notes"]["per_layer"]
@@ -81,4 +82,48 @@ def test_a_result_cut_short_on_a_loaded_machine_is_quantized_again(model96, cali
     (out / VARIANT_RECORD).write_text(json.dumps(idle))
     assert quantize_variant(SPEC.validate_python(spec), model_path=model96, calibration_path=calibration,
                             out_dir=str(out), max_seq_len=64, threads=1).reused
-    assert not cut_by_load(idle | {"notes": {"cut_layers": [], "cheap_layers": 0}, "main_thread_cpu_share": 0.1})
+    assert not cut_by_load(idle | {"notes": {"cut_layers": [], "cheap_layers": 0},
+                                   "main_thread_cpu_share": 0.1})
+
+
+@pytest.mark.parametrize("up", ["dense", "aqlm", "quip"])
+def test_input_normalization_through_the_absorber_keeps_the_block_function(model96, up):
+    """W D reading D⁻¹ x: the norms and up_proj (dense, AQLM's row scales or QuIP#'s S_V) take D⁻¹."""
+    from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear
+    from quantgate.tasks.quantize.codebook.absorb import normalize_group_inputs
+
+    model = load_causal_lm(model96)
+    block = model.model.layers[0]
+    if up != "dense":  # a quantized up_proj with random codes: only its function matters here
+        linear = block.mlp.up_proj
+        module = (AqlmLinear(linear.in_features, linear.out_features) if up == "aqlm"
+                  else QuipLinear(linear.in_features, linear.out_features))
+        with torch.no_grad():
+            for tensor in module.buffers() if up == "quip" else module.parameters():
+                if tensor.dtype in (torch.int8, torch.int16):
+                    gen = torch.Generator().manual_seed(1)
+                    tensor.copy_(torch.randint(-100, 100, tensor.shape, generator=gen))
+            if up == "aqlm":
+                module.codebooks.normal_(generator=torch.Generator().manual_seed(2))
+            module.materialize()
+        block.mlp.set_submodule("up_proj", module)
+    seq = capture_block_inputs(model, [torch.tensor([[5, 9, 13, 21, 40, 77, 3]])])[0]
+    with torch.no_grad():
+        before = block(seq.original, **seq.kwargs)
+    before = before[0] if isinstance(before, tuple) else before
+    gen = torch.Generator().manual_seed(0)
+    groups = [["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], ["mlp.gate_proj", "mlp.up_proj"],
+              ["mlp.down_proj"]]
+    if up != "dense":  # a quantized gate/up group was normalized before it was quantized
+        del groups[1]
+    for group in groups:
+        n = block.get_submodule(group[0]).in_features
+        H = torch.diag(torch.rand(n, generator=gen, dtype=torch.float64) ** 4 * 100 + 0.01)
+        scaled = normalize_group_inputs(block, group, dict.fromkeys(group, H), power=1.0)
+        diag = scaled[group[0]].diagonal()
+        assert torch.allclose(diag, H.diagonal().mean().expand(n))  # every channel at the mean energy
+    with torch.no_grad():
+        after = block(seq.original, **seq.kwargs)
+    after = after[0] if isinstance(after, tuple) else after
+    tol = 2e-3 if up == "quip" else 2e-4  # QuIP#'s S_V is stored in fp16
+    torch.testing.assert_close(after, before, rtol=tol, atol=tol / 10)

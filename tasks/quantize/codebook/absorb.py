@@ -1,0 +1,61 @@
+"""Input-channel normalization for formats that cannot store an input scale (AQLM's): the scale is
+moved into whatever produces the layer's input.
+
+A Linear W reading x computes the same function as W D reading D⁻¹ x, D = diag(d), and has the
+same proxy loss: tr(ΔW H ΔWᵀ) = tr(ΔW' H' ΔW'ᵀ) with W' = W D and H' = D⁻¹ H D⁻¹. Quantizing W'
+against H' evens out the massive-activation channels that dominate H (SmolLM2's down_proj inputs),
+so the codebooks are not spent on one column's precision. D⁻¹ must be applied exactly by the
+producer of x: in a Llama block an RMSNorm's weight (q/k/v read input_layernorm, gate/up read
+post_attention_layernorm) or, for down_proj, which reads silu(gate x) ⊙ (up x), the output rows of
+up_proj (AQLM's row scales, QuIP#'s S_V, a dense weight's rows). o_proj reads the attention output,
+whose channels are v_proj rows shared by the query heads of a group: not normalized. QuIP# needs
+none of this (its S_U holds the scale, see `kernels.quip_sharp`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear, _CodebookLinear
+from quantgate.kernels.hessian import channel_scales
+
+ABSORBERS = {"self_attn.q_proj": "input_layernorm", "mlp.gate_proj": "post_attention_layernorm",
+             "mlp.down_proj": "mlp.up_proj"}
+"""First layer of a group (Llama naming) -> the module whose output channels are the group's inputs."""
+
+
+@torch.no_grad()
+def scale_output_channels(module: torch.nn.Module, factor: torch.Tensor) -> None:
+    """Multiply `module`'s output channel j by factor[j], exactly, in its own parameters."""
+    if isinstance(module, AqlmLinear):
+        module.scales.mul_(factor.view(-1, 1, 1, 1).to(module.scales.dtype))
+    elif isinstance(module, QuipLinear):
+        module.SV.copy_((module.SV.double() * factor).to(module.SV.dtype))
+    elif isinstance(module, torch.nn.Linear):
+        module.weight.mul_(factor[:, None].to(module.weight.dtype))
+    elif type(module).__name__.endswith("RMSNorm"):
+        module.weight.mul_(factor.to(module.weight.dtype))
+    else:
+        raise TypeError(f"{type(module).__name__} cannot absorb an output-channel scale")
+    if getattr(module, "bias", None) is not None:
+        module.bias.mul_(factor.to(module.bias.dtype))
+    if isinstance(module, _CodebookLinear) and module.dense is not None:
+        module.materialize()
+
+
+@torch.no_grad()
+def normalize_group_inputs(block: torch.nn.Module, group: list[str], hessians: dict[str, torch.Tensor],
+                           power: float) -> dict[str, torch.Tensor]:
+    """Rescale the group's input channels by (H_jj / mean H_jj)^(power/2) through its absorber; returns
+    the Hessians of the rescaled inputs. Unchanged when power is 0 or the group has no absorber."""
+    absorber = ABSORBERS.get(group[0])
+    if not power or absorber is None:
+        return hessians
+    H = hessians[group[0]]  # the group reads one tensor: one Hessian
+    d = channel_scales(H, power)
+    scale_output_channels(block.get_submodule(absorber), 1.0 / d)
+    for name in group:
+        weight = block.get_submodule(name).weight
+        weight.mul_(d[None, :].to(weight.dtype))
+    scaled = H / d[:, None] / d[None, :]
+    return dict.fromkeys(group, scaled)
