@@ -133,7 +133,7 @@ class _TwoBit(_Variant):
         default=2, description="end-to-end fine-tuning of the continuous parameters (signs/scales or "
         "codebooks, norms) on the baseline's logits; 0 turns it off")
     finetune_share: Annotated[float, Field(ge=0, lt=1)] = Field(
-        default=0.5, description="share of the budget the Hessians leave that is kept for fine-tuning; the "
+        default=0.35, description="share of the budget the Hessians leave that is kept for fine-tuning; the "
         "layer loop gets the rest")
     finetune_lr: Annotated[float, Field(gt=0)] = 5e-4
     sequential: bool = Field(
@@ -192,8 +192,9 @@ class Aqlm2x8(_TwoBit):
     beam_size: Annotated[int, Field(ge=1, le=64)] = 2
     max_rounds: Annotated[int, Field(ge=0)] = 3
     adam_steps: Annotated[int, Field(ge=0)] = 10
+    # SmolLM2 at 300 s: PPL x19.4 at 0, x10.0 at 0.5 (mean proxy loss 0.085 -> 0.052).
     input_channel_power: Annotated[float, Field(ge=0, le=1)] = Field(
-        default=0.0, description="block-wise only: the inputs of q/k/v, gate/up and down_proj rescaled by "
+        default=0.5, description="block-wise only: the inputs of q/k/v, gate/up and down_proj rescaled by "
         "(H_jj / mean H_jj)^(p/2) before quantizing, the inverse folded into the norm or up_proj's row "
         "scales (the format has no input scale); evens out massive-activation channels. 0: off")
 

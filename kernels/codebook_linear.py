@@ -42,6 +42,9 @@ class _CodebookLinear(torch.nn.Module):
     def materialize(self) -> None:
         self.dense = self.decode_weight()
 
+    def weight_count(self) -> int:
+        return self.in_features * self.out_features
+
 
 class QuipLinear(_CodebookLinear):
     """y = wscale · T_mᵀ (decode(qidxs) · T_n x) + b, T the randomized Hadamard transforms."""

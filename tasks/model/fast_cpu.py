@@ -6,7 +6,8 @@ Evaluation (`modeling.load_causal_lm`) decodes every format to dense fp32: quali
   the 4-bit grid with the same scale (stored at 4 bits). Lossless but for bf16 scales/zeros.
 - compressed-tensors FP8 (fp8_w8a8, kv_fp8): no FP8 units here (`torch._scaled_mm` ~0.1 GFLOP/s):
   weights dequantized once to bf16; activation and KV-cache quantization (QDQ only, on CPU) dropped.
-- QuIP#: E8P transcoded losslessly to int4 (`QuipInt4CpuLinear`). AQLM: its compressed CPU path.
+- QuIP#: E8P transcoded losslessly to int4 (`QuipInt4CpuLinear`). AQLM: decoded once to dense bf16
+  below `AQLM_LUT_FROM_WEIGHTS`, its compressed CPU path (LUT GEMV) from there.
 - Unquantized: dense fp32 (the baseline), or bf16 on request.
 Quantized paths run embeddings, norms and the tied lm_head in bf16. Every dense bf16 Linear is a
 `kernels.bf16_cpu.Bf16Linear` (native bf16 GEMV with oneDNN off for one token).
@@ -90,6 +91,22 @@ def _compressed_tensors(path: str, config: Any, qc: dict[str, Any]) -> tuple[tor
     return _finish(model, modules, desc)
 
 
+AQLM_LUT_FROM_WEIGHTS: int | None = None
+"""Weights (out × in) from which an AQLM layer keeps its LUT GEMV on CPU; None: never. Measured by
+`bench/aqlm_widths.py` (2026-12-03, the 2-core EPYC, 1 thread, one token): the LUT GEMV is 7.5× a dense
+fp32 GEMV at 576×576, 2.8–3.5× from 576×1536 to 4096×4096, 1.9× at 4096×11008 and 2.2× at 8192×8192.
+No crossover up to 67 M weights: on this CPU an AQLM layer decodes faster as a dense matrix."""
+
+
+def _dense_bf16(module: AqlmLinear) -> torch.nn.Linear:
+    dense = torch.nn.Linear(module.in_features, module.out_features, bias=module.bias is not None)
+    with torch.no_grad():
+        dense.weight.copy_(module.decode_weight())
+        if module.bias is not None:
+            dense.bias.copy_(module.bias)
+    return dense
+
+
 def _codebook(path: str, method: str) -> tuple[torch.nn.Module, str]:
     from quantgate.tasks.model.codebook_format import load_codebook_model
 
@@ -99,8 +116,13 @@ def _codebook(path: str, method: str) -> tuple[torch.nn.Module, str]:
         desc = ("QuIP# E8P codes transcoded losslessly to int4 (scale 0.5, zero 0.25), packed-int4 CPU "
                 "matmul in bf16, RHT and Wscale in fp32")
     else:
-        swapped = {n: m for n, m in model.named_modules() if isinstance(m, AqlmLinear)}
-        desc = "AQLM compressed CPU path (LUT GEMV, fp32 inside, fp32 codebooks)"
+        layers = {n: m for n, m in model.named_modules() if isinstance(m, AqlmLinear)}
+        lut_from = AQLM_LUT_FROM_WEIGHTS
+        swapped = {n: m for n, m in layers.items() if lut_from is not None and m.weight_count() >= lut_from}
+        for name in layers.keys() - swapped.keys():
+            model.set_submodule(name, _dense_bf16(layers[name]))  # to bf16 and the native GEMV below
+        desc = (f"AQLM: {len(layers) - len(swapped)} layers decoded once to dense bf16 (the LUT GEMV is "
+                f"slower at their widths here), {len(swapped)} on the LUT GEMV (fp32 inside, fp32 codebooks)")
     return _finish(model, swapped, desc)
 
 

@@ -25,7 +25,8 @@ from quantgate.tasks.model.codebook_format import save_codebook_checkpoint, targ
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.quantize import wna16
 from quantgate.tasks.quantize.codebook import absorb, block_tuning, blockwise, finetune, layers
-from quantgate.tasks.quantize.codebook.blockwise import BlockTuning, quantize_blockwise
+from quantgate.tasks.quantize.codebook.block_tuning import BlockTuning
+from quantgate.tasks.quantize.codebook.blockwise import quantize_blockwise
 from quantgate.tasks.quantize.codebook.finetune import finetune_checkpoint
 from quantgate.tasks.quantize.codebook.layers import calibration_hessians
 from quantgate.tasks.quantize.registry import quantizer_for

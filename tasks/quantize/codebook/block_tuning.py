@@ -5,17 +5,38 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from quantgate.kernels.codebook_linear import _CodebookLinear
 from quantgate.tasks.quantize.codebook.finetune import tunable_parameters
 
-if TYPE_CHECKING:
-    from quantgate.tasks.quantize.codebook.blockwise import BlockTuning, _Sequence
-
 ACCUMULATE = 4  # sequences per Adam step
+
+
+@dataclass(frozen=True)
+class BlockTuning:
+    epochs: int  # per group; 0: no tuning inside blocks
+    lr: float  # weights, norms, Wscale, codebooks, row scales
+    sign_lr: float  # QuIP#'s sign vectors S_U, S_V
+    sequential: bool  # inputs from the quantized blocks before (True) or the original model (False)
+    quantize_share: float = 0.5  # of a group's time, for its layers' own search (the rest tunes)
+
+
+@dataclass
+class BlockSequence:  # one calibration sequence at a block boundary
+    quantized: torch.Tensor  # [1, T, d] hidden state through the quantized blocks so far
+    original: torch.Tensor  # [1, T, d] through the original blocks
+    kwargs: dict[str, Any]  # what the model passes every decoder layer (rotary embeddings, mask, ...)
+
+
+def run_block(block: torch.nn.Module, x: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
+    out = block(x, **kwargs)
+    return out[0] if isinstance(out, tuple) else out
+
+
 
 
 def _relative_error(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -48,23 +69,19 @@ def _set_dense(block: torch.nn.Module, dense: bool) -> None:
 
 
 @torch.no_grad()
-def _error(block: torch.nn.Module, seqs: Sequence[_Sequence], targets: Sequence[torch.Tensor],
+def _error(block: torch.nn.Module, seqs: Sequence[BlockSequence], targets: Sequence[torch.Tensor],
            sequential: bool) -> float:
-    from quantgate.tasks.quantize.codebook.blockwise import _run
-
     total = 0.0
     for seq, target in zip(seqs, targets, strict=True):
-        total += float(_relative_error(_run(block, seq.quantized if sequential else seq.original,
+        total += float(_relative_error(run_block(block, seq.quantized if sequential else seq.original,
                                             seq.kwargs), target))
     return total / max(len(seqs), 1)
 
 
-def tune_block(block: torch.nn.Module, seqs: Sequence[_Sequence], targets: Sequence[torch.Tensor], *,
+def tune_block(block: torch.nn.Module, seqs: Sequence[BlockSequence], targets: Sequence[torch.Tensor], *,
                tuning: BlockTuning, deadline: float) -> dict[str, float]:
     """Adam on the block's continuous parameters for up to `tuning.epochs` passes, ending by
     `deadline`; keeps the epoch with the lowest held-out error (the untuned block included)."""
-    from quantgate.tasks.quantize.codebook.blockwise import _run
-
     held = max(1, len(seqs) // 8) if len(seqs) >= 4 else 0
     val_seqs, val_targets = (seqs[:held], targets[:held]) if held else (seqs, targets)
     train = list(zip(seqs[held:], targets[held:], strict=True))
@@ -86,7 +103,7 @@ def tune_block(block: torch.nn.Module, seqs: Sequence[_Sequence], targets: Seque
             for module in codebook_layers:  # one differentiable decode per step, shared by its sequences
                 module.dense = module.tuning_weight()
             chunk = train[first : first + ACCUMULATE]
-            loss = sum(_relative_error(_run(block, seq.quantized if tuning.sequential else seq.original,
+            loss = sum(_relative_error(run_block(block, seq.quantized if tuning.sequential else seq.original,
                                             seq.kwargs), target) for seq, target in chunk)
             (loss / len(chunk)).backward()
             optimizer.step()

@@ -21,30 +21,19 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
 from quantgate.kernels.hessian import HessianCollector
 from quantgate.tasks.model.codebook_format import codebook_layer
 from quantgate.tasks.quantize.codebook.absorb import normalize_group_inputs
+from quantgate.tasks.quantize.codebook.block_tuning import (
+    BlockSequence,
+    BlockTuning,
+    run_block,
+    tune_block,
+)
 from quantgate.tasks.quantize.codebook.layers import CodebookResult, LayerFunctions, summarize_layers
-
-
-@dataclass(frozen=True)
-class BlockTuning:
-    epochs: int  # per group; 0: no tuning inside blocks
-    lr: float  # weights, norms, Wscale, codebooks, row scales
-    sign_lr: float  # QuIP#'s sign vectors S_U, S_V
-    sequential: bool  # inputs from the quantized blocks before (True) or the original model (False)
-    quantize_share: float = 0.5  # of a group's time, for its layers' own search (the rest tunes)
-
-
-@dataclass
-class _Sequence:  # one calibration sequence at a block boundary
-    quantized: torch.Tensor  # [1, T, d] hidden state through the quantized blocks so far
-    original: torch.Tensor  # [1, T, d] through the original blocks
-    kwargs: dict[str, Any]  # what the model passes every decoder layer (rotary embeddings, mask, ...)
 
 
 @dataclass
@@ -67,13 +56,13 @@ class _Stop(Exception):
 
 
 @torch.no_grad()
-def capture_block_inputs(model: torch.nn.Module, batches: Sequence[torch.Tensor]) -> list[_Sequence]:
+def capture_block_inputs(model: torch.nn.Module, batches: Sequence[torch.Tensor]) -> list[BlockSequence]:
     """The first decoder block's inputs, one per sequence (the embedding forward only)."""
-    captured: list[_Sequence] = []
+    captured: list[BlockSequence] = []
 
     def hook(_module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         hidden = args[0] if args else kwargs.pop("hidden_states")
-        captured.append(_Sequence(hidden, hidden, dict(kwargs)))
+        captured.append(BlockSequence(hidden, hidden, dict(kwargs)))
         raise _Stop
 
     handle = decoder_blocks(model)[0].register_forward_pre_hook(hook, with_kwargs=True)
@@ -88,17 +77,13 @@ def capture_block_inputs(model: torch.nn.Module, batches: Sequence[torch.Tensor]
     return captured
 
 
-def _run(block: torch.nn.Module, x: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
-    out = block(x, **kwargs)
-    return out[0] if isinstance(out, tuple) else out
-
-
-def _groups(block: torch.nn.Module, targets: dict[str, torch.nn.Module], seq: _Sequence) -> list[list[str]]:
+def _groups(block: torch.nn.Module, targets: dict[str, torch.nn.Module], seq: BlockSequence
+            ) -> list[list[str]]:
     """Target Linears of the block in forward order, grouped by the tensor they read."""
     collector = HessianCollector().attach(targets)
     try:
         with torch.no_grad():
-            _run(block, seq.original, seq.kwargs)
+            run_block(block, seq.original, seq.kwargs)
     finally:
         collector.detach()
     by_input: dict[int, list[str]] = {}
@@ -109,11 +94,11 @@ def _groups(block: torch.nn.Module, targets: dict[str, torch.nn.Module], seq: _S
 
 @torch.no_grad()
 def _group_hessians(block: torch.nn.Module, modules: dict[str, torch.nn.Module],
-                    seqs: Sequence[_Sequence], sequential: bool) -> dict[str, torch.Tensor]:
+                    seqs: Sequence[BlockSequence], sequential: bool) -> dict[str, torch.Tensor]:
     collector = HessianCollector().attach(modules)
     try:
         for seq in seqs:
-            _run(block, seq.quantized if sequential else seq.original, seq.kwargs)
+            run_block(block, seq.quantized if sequential else seq.original, seq.kwargs)
             collector.next_batch()
     finally:
         collector.detach()
@@ -126,8 +111,6 @@ def quantize_blockwise(
 ) -> CodebookResult:
     """Swap every target Linear of `model` for its codebook module, block by block, within `deadline`
     (past it, layers get `cheap` and no tuning, and are listed as cut)."""
-    from quantgate.tasks.quantize.codebook.block_tuning import tune_block
-
     seqs = capture_block_inputs(model, batches)
     progress = _Progress()
     blocks = decoder_blocks(model)
@@ -136,7 +119,7 @@ def quantize_blockwise(
     for index, block in enumerate(blocks):
         started = time.monotonic()
         with torch.no_grad():  # the original block's outputs: this block's targets, the next one's inputs
-            targets_out = [_run(block, s.original, s.kwargs) for s in seqs]
+            targets_out = [run_block(block, s.original, s.kwargs) for s in seqs]
         own = {n.removeprefix(f"{prefix}.{index}."): m for n, m in targets.items()
                if n.startswith(f"{prefix}.{index}.")}
         clock.fixed_seconds += time.monotonic() - started
@@ -166,7 +149,7 @@ def quantize_blockwise(
         started = time.monotonic()
         with torch.no_grad():
             for seq, out in zip(seqs, targets_out, strict=True):
-                seq.quantized = _run(block, seq.quantized, seq.kwargs) if tuning.sequential else out
+                seq.quantized = run_block(block, seq.quantized, seq.kwargs) if tuning.sequential else out
                 seq.original = out
         clock.fixed_seconds += time.monotonic() - started
     return CodebookResult(progress.layers, fns.quantization_config,

@@ -133,14 +133,22 @@ def test_quip_checkpoint_runs_transcoded_to_int4(model96, calibration, tmp_path)
     assert _rel(_logits(model), _logits(load_causal_lm(path))) < 2e-2
 
 
-def test_aqlm_checkpoint_keeps_its_compressed_path(model96, calibration, tmp_path):
+def test_aqlm_decodes_to_dense_below_the_lut_crossover(model96, calibration, tmp_path, monkeypatch):
+    """On this CPU the LUT GEMV never beat dense (bench/aqlm_widths.py): dense bf16 by default; layers at
+    or above AQLM_LUT_FROM_WEIGHTS keep the compressed path."""
+    from quantgate.tasks.model import fast_cpu
+
     spec = {"name": "aq", "method": "aqlm_2x8", "max_rounds": 1, "adam_steps": 5, "beam_size": 1} | QUICK_2BIT
     path = _quantize(spec, model96, calibration, tmp_path)
+    reference = _logits(load_causal_lm(path))
     model, desc = load_for_speed(path)
-    assert "AQLM" in desc
+    assert "AQLM" in desc and _kinds(model) == Counter({"Bf16Linear": LINEARS + 1})
+    assert _rel(_logits(model), reference) < 2e-2
+    monkeypatch.setattr(fast_cpu, "AQLM_LUT_FROM_WEIGHTS", 96 * 192)  # gate/up/down: 96x192; q/k/v/o below
+    model, desc = load_for_speed(path)
     layers = [m for m in model.modules() if isinstance(m, AqlmLinear)]
-    assert len(layers) == LINEARS
+    assert len(layers) == 3 * 2  # two blocks
     assert all(m.dense is None and m.codebooks.dtype == torch.float32 for m in layers)
     assert model.model.embed_tokens.weight.dtype == torch.bfloat16
-    assert _rel(_logits(model), _logits(load_causal_lm(path))) < 2e-2
+    assert _rel(_logits(model), reference) < 2e-2
 

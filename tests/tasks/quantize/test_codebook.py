@@ -126,7 +126,9 @@ def test_aqlm_checkpoint_loads_through_transformers_and_the_aqlm_package(model96
     torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-4)
 
 
-def test_end_to_end_finetuning_lowers_the_heldout_kl(model96, quantized, calibration):
+def test_end_to_end_finetuning_lowers_the_heldout_kl(model96, calibration, tmp_path):
+    """On a model quantized without block tuning (the block-tuned one is already within ~1e-4 nats of
+    the tiny baseline, which leaves the end-to-end step nothing to show)."""
     import time
 
     from quantgate.tasks.model.load import load_tokenizer
@@ -138,7 +140,10 @@ def test_end_to_end_finetuning_lowers_the_heldout_kl(model96, quantized, calibra
     batches = [torch.tensor([encode_request(tok, r).input_ids[:48]])
                for r in read_requests(__import__("pathlib").Path(calibration))]
     teacher = load_causal_lm(model96)
-    student = load_codebook_model(quantized["quip_sharp_2bit"], materialize=False)
+    plain = quantize_variant(SPEC.validate_python(QUIP | {"sequential": False, "block_epochs": 0}),
+                             model_path=model96, calibration_path=calibration, out_dir=str(tmp_path / "q"),
+                             max_seq_len=64, threads=1).checkpoint
+    student = load_codebook_model(plain, materialize=False)
     su_before = student.model.layers[0].mlp.down_proj.SU.clone()
     report = finetune_end_to_end(student, teacher, batches, deadline=time.monotonic() + 120, epochs=3,
                                  lr=2e-3, heldout=2, accumulate=1)
@@ -149,7 +154,7 @@ def test_end_to_end_finetuning_lowers_the_heldout_kl(model96, quantized, calibra
 
     # A budget that the first held-out check already spends: no step, no second check, the input
     # parameters back untouched (the check's own cost is kept out of the training time).
-    late = load_codebook_model(quantized["quip_sharp_2bit"], materialize=False)
+    late = load_codebook_model(plain, materialize=False)
     sv = late.model.layers[0].self_attn.q_proj.SV.clone()
     report = finetune_end_to_end(late, teacher, batches, deadline=time.monotonic(), epochs=3, heldout=2)
     assert (report.steps, report.epochs, report.stopped_by) == (0, 1, "deadline")
