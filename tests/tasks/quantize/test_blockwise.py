@@ -13,20 +13,10 @@ from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.quantize.codebook.blockwise import _groups, capture_block_inputs
 from quantgate.tasks.quantize.run import VARIANT_RECORD, cut_by_load, quantize_variant
 
-from factories import calibration_file, mixed_records, tiny_llama
+from factories import mixed_records
 
 SPEC = TypeAdapter(VariantSpec)
 QUIP = {"name": "q", "method": "quip_sharp_2bit", "num_samples": 8, "finetune_epochs": 0}
-
-
-@pytest.fixture(scope="module")
-def model96(tmp_path_factory) -> str:
-    return str(tiny_llama(tmp_path_factory.mktemp("tiny96") / "model", hidden=96))
-
-
-@pytest.fixture(scope="module")
-def calibration(tmp_path_factory):
-    return str(calibration_file(tmp_path_factory.mktemp("cal")))
 
 
 def _quantize(spec: dict, model: str, calibration: str, out) -> tuple[str, dict]:

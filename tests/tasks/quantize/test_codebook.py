@@ -17,22 +17,12 @@ from quantgate.tasks.model.load import load_causal_lm
 from quantgate.tasks.model.size import checkpoint_size
 from quantgate.tasks.quantize.run import quantize_variant
 
-from factories import calibration_file, mixed_records, tiny_llama
+from factories import mixed_records
 
 SPEC = TypeAdapter(VariantSpec)
 QUIP = {"name": "q", "method": "quip_sharp_2bit", "num_samples": 8}
 AQLM = {"name": "a", "method": "aqlm_2x8", "num_samples": 8, "max_rounds": 1, "adam_steps": 5,
         "beam_size": 1}
-
-
-@pytest.fixture(scope="module")
-def model96(tmp_path_factory) -> str:
-    return str(tiny_llama(tmp_path_factory.mktemp("tiny96") / "model", hidden=96))
-
-
-@pytest.fixture(scope="module")
-def calibration(tmp_path_factory):
-    return str(calibration_file(tmp_path_factory.mktemp("cal")))
 
 
 @pytest.fixture(scope="module")
