@@ -117,11 +117,14 @@ def quantize_blockwise(
     prefix = next(n for n, m in model.named_modules() if m is blocks)
     clock = _Clock(deadline, sum(m.weight.numel() for m in targets.values()))
     for index, block in enumerate(blocks):
+        own = {n.removeprefix(f"{prefix}.{index}."): m for n, m in targets.items()
+               if n.startswith(f"{prefix}.{index}.")}
+        if time.monotonic() > deadline:  # the rest is cut: no Hessian, tuning or forward is worth its time
+            _cut_block(block, f"{prefix}.{index}", own, fns, progress)
+            continue
         started = time.monotonic()
         with torch.no_grad():  # the original block's outputs: this block's targets, the next one's inputs
             targets_out = [run_block(block, s.original, s.kwargs) for s in seqs]
-        own = {n.removeprefix(f"{prefix}.{index}."): m for n, m in targets.items()
-               if n.startswith(f"{prefix}.{index}.")}
         clock.fixed_seconds += time.monotonic() - started
         for group in _groups(block, own, seqs[0]) if own else []:
             started = time.monotonic()
@@ -175,6 +178,21 @@ class _Clock:
     def done(self, size: int) -> None:
         self.weights_left -= size
         self.weights_done += size
+
+
+def _cut_block(block: torch.nn.Module, prefix: str, own: dict[str, torch.nn.Module], fns: LayerFunctions,
+               progress: _Progress) -> None:
+    """A block reached past the budget: every layer on the cheap path, which rounds without H (QuIP#:
+    nearest after the rotation; AQLM: k-means), so an identity stands in for it and the loss notes,
+    which would be measured against it, are left out."""
+    for name, linear in own.items():
+        n = linear.in_features
+        identity = torch.eye(n, dtype=torch.float64, device=linear.weight.device)
+        _quantize_one(block, f"{prefix}.{name}", name, linear, identity, 0.0, 0.0, fns, progress)
+        notes = progress.notes[f"{prefix}.{name}"]
+        for key in [k for k in notes if k.endswith("_loss")]:
+            del notes[key]
+    _store(block, prefix, own, progress)
 
 
 def _quantize_one(block: torch.nn.Module, full_name: str, name: str, linear: torch.nn.Linear,
