@@ -2,7 +2,8 @@
 for every method `conf.methods.SPECS` lists. Two kinds:
 
 - llm-compressor recipes: `build_recipe(spec) -> list[modifier]`, optional `runtime_patches()`;
-- our own layer loops (QuIP#, AQLM): `quantize_model(spec, *, model, hessians, deadline)`;
+- our own methods (QuIP#, AQLM): `layer_functions(spec)`, run by the layer loops of
+  `codebook.blockwise` and `codebook.layers`;
 - plain conversions saved as dense checkpoints (the bf16 control): `convert(spec, model) -> model`.
 
 Every kind sets `NEEDS_CALIBRATION`. Nothing to register here: adding a method is its spec class,
@@ -22,13 +23,13 @@ def quantizer_for(method: str) -> ModuleType:
     if method not in METHOD_NAMES:
         raise KeyError(f"method: unknown {method!r}; known: {', '.join(METHOD_NAMES)}")
     module = importlib.import_module(f"{METHODS_PACKAGE}.{method}")
-    kinds = ("build_recipe", "quantize_model", "convert")
+    kinds = ("build_recipe", "layer_functions", "convert")
     if not hasattr(module, "NEEDS_CALIBRATION") or not any(hasattr(module, k) for k in kinds):
         raise TypeError(f"{module.__name__}: a method module needs NEEDS_CALIBRATION and build_recipe, "
-                        "quantize_model or convert")
+                        "layer_functions or convert")
     return module
 
 
 def is_own_method(method: str) -> bool:
     """Our own layer loop (codebook formats), not an llm-compressor recipe."""
-    return hasattr(quantizer_for(method), "quantize_model")
+    return hasattr(quantizer_for(method), "layer_functions")

@@ -28,7 +28,7 @@ from quantgate.tasks.quantize.codebook import absorb, block_tuning, blockwise, f
 from quantgate.tasks.quantize.codebook.block_tuning import BlockTuning
 from quantgate.tasks.quantize.codebook.blockwise import quantize_blockwise
 from quantgate.tasks.quantize.codebook.finetune import finetune_checkpoint
-from quantgate.tasks.quantize.codebook.layers import calibration_hessians
+from quantgate.tasks.quantize.codebook.layers import calibration_hessians, quantize_layers
 from quantgate.tasks.quantize.registry import quantizer_for
 from quantgate.tasks.runtime.digest import source_digest
 from quantgate.tasks.traffic.load import read_requests
@@ -54,8 +54,9 @@ def quantize_code_digest(method: str) -> str:
     """Our runner, the method's module and the modules its entry point lives in (int2_gptq runs
     int4_gptq's recipe), and the library versions that do the work."""
     module = quantizer_for(method)
-    entry = getattr(module, "quantize_model", None) or getattr(module, "convert", None) or module.build_recipe
-    own = hasattr(module, "quantize_model")
+    entry = (getattr(module, "layer_functions", None) or getattr(module, "convert", None)
+             or module.build_recipe)
+    own = hasattr(module, "layer_functions")
     return source_digest(sys.modules[__name__], module, sys.modules[entry.__module__], wna16, codebook_format,
                          layers, finetune, blockwise, block_tuning, absorb,
                          packages=("llmcompressor", "compressed-tensors", "transformers", "torch"),
@@ -142,7 +143,7 @@ def quantize_variant(
     start, cpu, main_thread = time.perf_counter(), time.process_time(), time.thread_time()
     notes: dict[str, Any] = {}
     try:
-        if hasattr(method, "quantize_model"):
+        if hasattr(method, "layer_functions"):
             notes = _own_method(method, spec, model, tokenizer, dataset, tmp, start)
         elif hasattr(method, "convert"):
             method.convert(spec, model).save_pretrained(tmp)
@@ -186,14 +187,14 @@ def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, data
     # of 64 samples take half of a 300 s budget, and a fixed reserve then left the layer loop nothing
     # (every layer rounded to nearest, PPL ×1,000; fine-tuning cannot repair that).
     reserve = max(0.0, deadline - time.monotonic()) * spec.finetune_share if spec.finetune_epochs else 0.0
+    fns = method.layer_functions(spec)
     if blockwise:
         tuning = BlockTuning(epochs=spec.block_epochs, lr=spec.block_lr, sign_lr=spec.block_sign_lr,
                              sequential=spec.sequential)
         result = quantize_blockwise(model, batches, target_linears(model, spec.ignore),
-                                    deadline=deadline - reserve, tuning=tuning,
-                                    fns=method.layer_functions(spec))
+                                    deadline=deadline - reserve, tuning=tuning, fns=fns)
     else:
-        result = method.quantize_model(spec, model=model, hessians=hessians, deadline=deadline - reserve)
+        result = quantize_layers(model, hessians, deadline=deadline - reserve, fns=fns)
     del hessians  # ~0.8 GB of float64 on SmolLM2: not needed by the fine-tuning
     save_codebook_checkpoint(model, tokenizer, layers=result.layers,
                              quantization_config=result.quantization_config, out=out)

@@ -53,9 +53,7 @@ class LayerFunctions:
 
 
 def quantize_layers(
-    model: torch.nn.Module, hessians: dict[str, torch.Tensor], *, deadline: float,
-    full: Callable[[str, torch.Tensor, torch.Tensor, float], LayerOutcome],
-    cheap: Callable[[str, torch.Tensor, torch.Tensor], LayerOutcome], quantization_config: dict[str, Any],
+    model: torch.nn.Module, hessians: dict[str, torch.Tensor], *, deadline: float, fns: LayerFunctions,
 ) -> CodebookResult:
     """Run `full(name, W, H, layer_deadline)` layer by layer; once the budget is spent the rest get
     `cheap` (still a valid 2-bit layer), so a run out of time still saves a whole model.
@@ -72,14 +70,14 @@ def quantize_layers(
         H = hessians[name]
         now = time.monotonic()
         if now < deadline:
-            outcome = full(name, W, H, now + (deadline - now) * sizes[name] / left)
+            outcome = fns.full(name, W, H, now + (deadline - now) * sizes[name] / left)
         else:
-            outcome = cheap(name, W, H)
+            outcome = fns.cheap(name, W, H)
             cheap_layers.append(name)
         left -= sizes[name]
         layers[name] = outcome.tensors
         per_layer[name] = outcome.notes
-    return CodebookResult(layers, quantization_config, summarize_layers(per_layer, cheap_layers))
+    return CodebookResult(layers, fns.quantization_config, summarize_layers(per_layer, cheap_layers))
 
 
 def summarize_layers(per_layer: dict[str, dict[str, float]], cut: list[str]) -> dict[str, Any]:

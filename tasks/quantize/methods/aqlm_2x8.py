@@ -21,12 +21,7 @@ from quantgate.kernels.aqlm import (
     residual_kmeans_init,
 )
 from quantgate.kernels.ldlq import damped
-from quantgate.tasks.quantize.codebook.layers import (
-    CodebookResult,
-    LayerFunctions,
-    LayerOutcome,
-    quantize_layers,
-)
+from quantgate.tasks.quantize.codebook.layers import LayerFunctions, LayerOutcome
 
 NEEDS_CALIBRATION = True
 NUM_CODEBOOKS, NBITS, GROUP = 2, 8, 8
@@ -69,9 +64,3 @@ def layer_functions(spec: Aqlm2x8) -> LayerFunctions:
               "linear_weights_not_to_quantize": list(spec.ignore)}
     return LayerFunctions(full, cheap, config, input_power=spec.input_channel_power)
 
-
-def quantize_model(spec: Aqlm2x8, *, model: torch.nn.Module, hessians: dict[str, torch.Tensor],
-                   deadline: float) -> CodebookResult:
-    fns = layer_functions(spec)
-    return quantize_layers(model, hessians, deadline=deadline, full=fns.full, cheap=fns.cheap,
-                           quantization_config=fns.quantization_config)

@@ -18,12 +18,7 @@ import torch
 
 from quantgate.conf.methods import QuipSharp2Bit
 from quantgate.kernels.quip_sharp import QuipLayer, quip_quantize_layer
-from quantgate.tasks.quantize.codebook.layers import (
-    CodebookResult,
-    LayerFunctions,
-    LayerOutcome,
-    quantize_layers,
-)
+from quantgate.tasks.quantize.codebook.layers import LayerFunctions, LayerOutcome
 
 NEEDS_CALIBRATION = True
 
@@ -64,9 +59,3 @@ def layer_functions(spec: QuipSharp2Bit) -> LayerFunctions:
               "modules_not_quantized": list(spec.ignore)}
     return LayerFunctions(full, cheap, config)
 
-
-def quantize_model(spec: QuipSharp2Bit, *, model: torch.nn.Module, hessians: dict[str, torch.Tensor],
-                   deadline: float) -> CodebookResult:
-    fns = layer_functions(spec)
-    return quantize_layers(model, hessians, deadline=deadline, full=fns.full, cheap=fns.cheap,
-                           quantization_config=fns.quantization_config)
