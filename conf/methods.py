@@ -136,6 +136,13 @@ class _TwoBit(_Variant):
         default=0.35, description="share of the budget the Hessians leave that is kept for fine-tuning; the "
         "layer loop gets the rest")
     finetune_lr: Annotated[float, Field(gt=0)] = 5e-4
+    code_update_fraction: Annotated[float, Field(ge=0, le=0.1)] = Field(
+        default=0.0, description="codes that move during end-to-end fine-tuning (PV-tuning's V step): "
+        "at most this share of a layer's code groups re-encoded per step, those that gain most "
+        "(paper: ~0.01); 0 keeps the codes frozen")
+    code_lr: Annotated[float, Field(gt=0)] = Field(
+        default=0.05, description="the V step's straight-through Adam rate, as a share of the layer's "
+        "weight RMS")
     sequential: bool = Field(
         default=True, description="quantize decoder block by block, each block's Hessians and tuning "
         "inputs from the already quantized blocks before it; false: every layer from the unquantized "
@@ -149,6 +156,9 @@ class _TwoBit(_Variant):
     block_lr: Annotated[float, Field(gt=0)] = Field(default=5e-4, description="block tuning's Adam rate")
     block_sign_lr: Annotated[float, Field(gt=0)] = Field(
         default=5e-3, description="block tuning's Adam rate for QuIP#'s sign vectors")
+    block_search_share: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=0.5, description="share of a group's time in the block-wise loop for its layers' own "
+        "search (LDLQ, beam search); the rest tunes the block")
     resources: Resources = Resources(num_cpus=2, memory_gb=6)
 
     def weight_bits(self) -> float:

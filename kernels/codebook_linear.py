@@ -16,6 +16,7 @@ from quantgate.kernels.aqlm_ops import aqlm_decode_matmul, aqlm_decode_weight
 from quantgate.kernels.e8p import e8p_codebook
 from quantgate.kernels.hadamard import rht, rht_inverse, small_factor
 from quantgate.kernels.quip_ops import e8p_decode_matmul, e8p_decode_weight
+from quantgate.kernels.reencode import aqlm_reencode, e8p_reencode
 
 
 class _CodebookLinear(torch.nn.Module):
@@ -44,6 +45,12 @@ class _CodebookLinear(torch.nn.Module):
 
     def weight_count(self) -> int:
         return self.in_features * self.out_features
+
+    def update_codes(self, target: torch.Tensor, max_fraction: float) -> int:
+        """Re-encode toward `target` [m, n] (weight space), the continuous parameters fixed; at most
+        `max_fraction` of the code groups change, those that gain most (kernels/reencode). Returns
+        how many changed."""
+        raise NotImplementedError
 
 
 class QuipLinear(_CodebookLinear):
@@ -80,6 +87,21 @@ class QuipLinear(_CodebookLinear):
             self._base_key = key
         return self.Wscale.float() * self.SV.float()[:, None] * self._base * self.SU.float()[None, :]
 
+    @torch.no_grad()
+    def update_codes(self, target: torch.Tensor, max_fraction: float) -> int:
+        # Into the codes' basis: the inverse of decode_weight, the (real-valued once tuned) sign
+        # vectors inverted, kept away from 0 so a relaxed sign cannot blow the target up.
+        def inverse(s: torch.Tensor) -> torch.Tensor:
+            s = s.float()
+            return 1.0 / torch.where(s.abs() > 1e-3, s, torch.where(s < 0, -1e-3, 1e-3))
+
+        x = rht(target.float(), inverse(self.SU), self.factor_in)
+        x = rht(x.T.contiguous(), inverse(self.SV), self.factor_out).T / self.Wscale.float()
+        new, changed = e8p_reencode(x, self.qidxs, self.codebook, max_fraction=max_fraction)
+        if changed:
+            self.qidxs.copy_(new)  # bumps its version: the cached tuning base is rebuilt
+        return changed
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.dense is not None:
             return F.linear(x, self.dense.to(x.dtype), self.bias)
@@ -109,6 +131,14 @@ class AqlmLinear(_CodebookLinear):
 
     def decode_weight(self) -> torch.Tensor:
         return aqlm_decode_weight(self.codes, self.codebooks, self.scales)
+
+    @torch.no_grad()
+    def update_codes(self, target: torch.Tensor, max_fraction: float) -> int:
+        new, changed = aqlm_reencode(target, self.codes, self.codebooks, self.scales,
+                                     max_fraction=max_fraction)
+        if changed:
+            self.codes.copy_(new)
+        return changed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.dense is not None:

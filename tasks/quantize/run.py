@@ -190,7 +190,7 @@ def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, data
     fns = method.layer_functions(spec)
     if blockwise:
         tuning = BlockTuning(epochs=spec.block_epochs, lr=spec.block_lr, sign_lr=spec.block_sign_lr,
-                             sequential=spec.sequential)
+                             sequential=spec.sequential, quantize_share=spec.block_search_share)
         result = quantize_blockwise(model, batches, target_linears(model, spec.ignore),
                                     deadline=deadline - reserve, tuning=tuning, fns=fns)
     else:
@@ -202,7 +202,8 @@ def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, data
                             "layers_seconds": time.perf_counter() - start - hessian_seconds}
     if spec.finetune_epochs:
         tuned = finetune_checkpoint(str(out), teacher, batches, deadline=deadline,
-                                    epochs=spec.finetune_epochs, lr=spec.finetune_lr)
+                                    epochs=spec.finetune_epochs, lr=spec.finetune_lr,
+                                    code_lr=spec.code_lr, code_fraction=spec.code_update_fraction)
         notes |= {f"finetune_{k}": v for k, v in asdict(tuned).items()}
     return notes
 

@@ -22,7 +22,7 @@ class BlockTuning:
     lr: float  # weights, norms, Wscale, codebooks, row scales
     sign_lr: float  # QuIP#'s sign vectors S_U, S_V
     sequential: bool  # inputs from the quantized blocks before (True) or the original model (False)
-    quantize_share: float = 0.5  # of a group's time, for its layers' own search (the rest tunes)
+    quantize_share: float  # of a group's time, for its layers' own search (the rest tunes)
 
 
 @dataclass

@@ -33,7 +33,12 @@ from quantgate.tasks.quantize.codebook.block_tuning import (
     run_block,
     tune_block,
 )
-from quantgate.tasks.quantize.codebook.layers import CodebookResult, LayerFunctions, summarize_layers
+from quantgate.tasks.quantize.codebook.layers import (
+    CodebookResult,
+    LayerFunctions,
+    summarize_layers,
+    weight_share,
+)
 
 
 @dataclass
@@ -138,9 +143,8 @@ def quantize_blockwise(
             quant_end = now + (group_end - now) * (tuning.quantize_share if tune else 1.0)
             left = size
             for name in group:  # each layer its weight share of the group's search time
-                now, layer_size = time.monotonic(), own[name].weight.numel()
-                layer_end = now + max(0.0, quant_end - now) * layer_size / left
-                left -= layer_size
+                layer_end = weight_share(quant_end, own[name].weight.numel(), left)
+                left -= own[name].weight.numel()
                 _quantize_one(block, f"{prefix}.{index}.{name}", name, own[name], hessians[name],
                               layer_end, deadline, fns, progress)
             if tune:

@@ -4,7 +4,8 @@ Minimizes KL(p_baseline ‖ p_quantized) of the next-token distributions over th
 tokens, with the codes frozen. Trained: QuIP#'s sign vectors S_U, S_V (relaxed to real
 scales) and Wscale; AQLM's codebooks and row scales; every RMSNorm weight. The embedding
 (tied to lm_head) stays fixed. QuIP# (arXiv 2402.04396) §5 and AQLM (arXiv 2401.06118) §3.3
-fine-tune the same kind of parameters the same way; this is their end-to-end step only.
+fine-tune the same kind of parameters the same way; this is their end-to-end step only. With
+`code_fraction` > 0 the codes move too (PV-tuning's V step, `code_updates`).
 
 A few calibration sequences are held out: the result is the parameter set with the lowest
 held-out KL seen (the input one included), so tuning can only help on that measure, and it
@@ -21,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear
+from quantgate.tasks.quantize.codebook.code_updates import CodeUpdates, code_tensors
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class FinetuneReport:
     steps: int
     epochs: int
     stopped_by: str  # "epochs" | "deadline"
+    codes_changed: int = 0  # code groups moved by the V step over all steps (kept or not)
 
 
 def tunable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
@@ -74,18 +77,21 @@ def _heldout_kl(student: torch.nn.Module, teacher: torch.nn.Module, batches: Seq
 def finetune_end_to_end(
     student: torch.nn.Module, teacher: torch.nn.Module, batches: Sequence[torch.Tensor], *,
     deadline: float, epochs: int = 2, lr: float = 5e-4, heldout: int = 8, accumulate: int = 4,
+    code_lr: float = 0.0, code_fraction: float = 0.0,
 ) -> FinetuneReport:
     heldout = min(heldout, len(batches) // 4)  # a quarter at most: most sequences train
     train, val = list(batches[heldout:]), list(batches[:heldout])
     params = tunable_parameters(student)
-    best_state = [p.detach().clone() for p in params]
+    codebook_layers = [m for m in student.modules() if isinstance(m, AqlmLinear | QuipLinear)]
+    codes = CodeUpdates(codebook_layers, code_lr, code_fraction) if code_fraction > 0 else None
+    kept = params + (code_tensors(codebook_layers) if codes else [])  # what the best state restores
+    best_state = [p.detach().clone() for p in kept]
     started = time.monotonic()
     best = before = _heldout_kl(student, teacher, val)
     # Training stops early enough for the held-out check that follows it to end by the deadline:
     # that check costs what this one did (measured: tens of seconds on one core, past the budget).
     train_until = deadline - (time.monotonic() - started)
     optimizer = torch.optim.Adam(params, lr=lr)
-    codebook_layers = [m for m in student.modules() if isinstance(m, AqlmLinear | QuipLinear)]
     steps, done_epochs, stopped_by = 0, 0, "epochs"
     teacher.eval()
     for _ in range(epochs):
@@ -97,6 +103,8 @@ def finetune_end_to_end(
                 break
             for module in codebook_layers:  # one differentiable decode per step, shared by its sequences
                 module.dense = module.tuning_weight()
+            if codes:
+                codes.track()
             chunk = train[first : first + accumulate]
             loss = 0.0
             for ids in chunk:
@@ -105,6 +113,8 @@ def finetune_end_to_end(
                 loss = loss + _kl(student(input_ids=ids).logits, target)
             (loss / len(chunk)).backward()
             optimizer.step()
+            if codes:
+                codes.step()
             optimizer.zero_grad(set_to_none=True)
             steps += 1
         for module in codebook_layers:
@@ -114,21 +124,22 @@ def finetune_end_to_end(
         if steps > stepped_before:  # parameters moved: worth a held-out check (else nothing changed)
             kl = _heldout_kl(student, teacher, val)
             if kl < best:
-                best, best_state = kl, [p.detach().clone() for p in params]
+                best, best_state = kl, [p.detach().clone() for p in kept]
         done_epochs += 1
         if stopped_by == "deadline":
             break
     with torch.no_grad():
-        for p, saved in zip(params, best_state, strict=True):
+        for p, saved in zip(kept, best_state, strict=True):
             p.copy_(saved)
             p.requires_grad_(False)
-    return FinetuneReport(before, best, steps, done_epochs, stopped_by)
+    return FinetuneReport(before, best, steps, done_epochs, stopped_by, codes.changed if codes else 0)
 
 
 def finetune_checkpoint(path: str, teacher: torch.nn.Module, batches: Sequence[torch.Tensor], *,
-                        deadline: float, epochs: int, lr: float) -> FinetuneReport:
-    """Tune a saved codebook checkpoint in place: the tuned tensors replace the stored ones,
-    in the stored dtypes (S_U, S_V stay fp16)."""
+                        deadline: float, epochs: int, lr: float, code_lr: float = 0.0,
+                        code_fraction: float = 0.0, heldout: int = 8, accumulate: int = 4) -> FinetuneReport:
+    """Tune a saved codebook checkpoint in place: the tuned tensors (codes included when they move)
+    replace the stored ones, in the stored dtypes (S_U, S_V stay fp16)."""
     from safetensors.torch import load_file, save_file
 
     from quantgate.tasks.model.codebook_format import load_codebook_model
@@ -136,12 +147,14 @@ def finetune_checkpoint(path: str, teacher: torch.nn.Module, batches: Sequence[t
     device = next(teacher.parameters()).device  # the GPU when the variant asked for one
     student = load_codebook_model(path, materialize=False).to(device)
     batches = [ids.to(device) for ids in batches]
-    report = finetune_end_to_end(student, teacher, batches, deadline=deadline, epochs=epochs, lr=lr)
+    report = finetune_end_to_end(student, teacher, batches, deadline=deadline, epochs=epochs, lr=lr,
+                                 code_lr=code_lr, code_fraction=code_fraction, heldout=heldout,
+                                 accumulate=accumulate)
     file = f"{path}/model.safetensors"
     stored = load_file(file)
     tuned = student.state_dict()
     for key, value in stored.items():
-        if key in tuned and value.is_floating_point():
+        if key in tuned:
             stored[key] = tuned[key].detach().cpu().to(value.dtype).contiguous()
     save_file(stored, file, metadata={"format": "pt"})
     return report

@@ -52,13 +52,20 @@ class LayerFunctions:
     input_power: float = 0.0  # block-wise only: input-channel normalization through an absorber (`absorb`)
 
 
+def weight_share(end: float, size: int, left: int) -> float:
+    """The deadline of work on `size` of the `left` weights still to do before `end`: its share of the
+    time left in proportion to its weight count, so the large MLP layers get the time their size
+    needs and one slow layer cannot starve the rest."""
+    now = time.monotonic()
+    return now + max(0.0, end - now) * size / max(left, 1)
+
+
 def quantize_layers(
     model: torch.nn.Module, hessians: dict[str, torch.Tensor], *, deadline: float, fns: LayerFunctions,
 ) -> CodebookResult:
     """Run `full(name, W, H, layer_deadline)` layer by layer; once the budget is spent the rest get
-    `cheap` (still a valid 2-bit layer), so a run out of time still saves a whole model.
-    Each layer's deadline is its share of what is left in proportion to its weight count, so one slow
-    layer cannot starve the rest and the large MLP layers get the time their size needs."""
+    `cheap` (still a valid 2-bit layer), so a run out of time still saves a whole model. Each layer's
+    deadline is its `weight_share` of what is left."""
     layers: dict[str, dict[str, torch.Tensor]] = {}
     per_layer: dict[str, dict[str, float]] = {}
     names = list(hessians)
@@ -68,9 +75,8 @@ def quantize_layers(
     for name in names:
         W = model.get_submodule(name).weight.detach().float()
         H = hessians[name]
-        now = time.monotonic()
-        if now < deadline:
-            outcome = fns.full(name, W, H, now + (deadline - now) * sizes[name] / left)
+        if time.monotonic() < deadline:
+            outcome = fns.full(name, W, H, weight_share(deadline, sizes[name], left))
         else:
             outcome = fns.cheap(name, W, H)
             cheap_layers.append(name)
