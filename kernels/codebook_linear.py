@@ -46,6 +46,10 @@ class _CodebookLinear(torch.nn.Module):
     def weight_count(self) -> int:
         return self.in_features * self.out_features
 
+    def code_tensor(self) -> torch.Tensor:
+        """The integer codes as stored (QuIP#'s E8P indices, AQLM's codes): what `update_codes` changes."""
+        raise NotImplementedError
+
     def update_codes(self, target: torch.Tensor, max_fraction: float) -> int:
         """Re-encode toward `target` [m, n] (weight space), the continuous parameters fixed; at most
         `max_fraction` of the code groups change, those that gain most (kernels/reencode). Returns
@@ -86,6 +90,9 @@ class QuipLinear(_CodebookLinear):
                 self._base = rht_inverse(w.T.contiguous(), ones_out, self.factor_out).T.contiguous()
             self._base_key = key
         return self.Wscale.float() * self.SV.float()[:, None] * self._base * self.SU.float()[None, :]
+
+    def code_tensor(self) -> torch.Tensor:
+        return self.qidxs
 
     @torch.no_grad()
     def update_codes(self, target: torch.Tensor, max_fraction: float) -> int:
@@ -131,6 +138,9 @@ class AqlmLinear(_CodebookLinear):
 
     def decode_weight(self) -> torch.Tensor:
         return aqlm_decode_weight(self.codes, self.codebooks, self.scales)
+
+    def code_tensor(self) -> torch.Tensor:
+        return self.codes
 
     @torch.no_grad()
     def update_codes(self, target: torch.Tensor, max_fraction: float) -> int:

@@ -67,8 +67,3 @@ class CodeUpdates:
             moved += changed
         self.changed += moved
         return moved
-
-
-def code_tensors(layers: Sequence[_CodebookLinear]) -> list[torch.Tensor]:
-    """The integer codes of the layers (QuIP#'s E8P indices, AQLM's codes): what a best state keeps."""
-    return [layer.qidxs if hasattr(layer, "qidxs") else layer.codes for layer in layers]

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear
-from quantgate.tasks.quantize.codebook.code_updates import CodeUpdates, code_tensors
+from quantgate.tasks.quantize.codebook.code_updates import CodeUpdates
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def finetune_end_to_end(
     params = tunable_parameters(student)
     codebook_layers = [m for m in student.modules() if isinstance(m, AqlmLinear | QuipLinear)]
     codes = CodeUpdates(codebook_layers, code_lr, code_fraction) if code_fraction > 0 else None
-    kept = params + (code_tensors(codebook_layers) if codes else [])  # what the best state restores
+    kept = params + ([m.code_tensor() for m in codebook_layers] if codes else [])  # the best state's
     best_state = [p.detach().clone() for p in kept]
     started = time.monotonic()
     best = before = _heldout_kl(student, teacher, val)
