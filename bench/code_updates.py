@@ -1,9 +1,11 @@
 """Code updates (PV-tuning's V step) against frozen codes: end-to-end fine-tuning of one saved 2-bit
 checkpoint for a fixed number of epochs with each setting, held-out KL to the baseline per token.
 
-The checkpoint is tuned in memory, never written. Settings are `fraction:code_lr` (0:0 = frozen):
+The checkpoint is tuned in memory, never written. Settings are `fraction:code_lr[:lr[:sign_lr]]`
+(0:0 = frozen codes; lr defaults to the spec's 5e-4, sign_lr to lr):
 
     .venv/bin/python bench/code_updates.py --state-dir /tmp/qgstate /tmp/bt/aqlm_v5p_300 0:0 0.01:0.02
+    .venv/bin/python bench/code_updates.py --state-dir /tmp/qgstate /tmp/bt/quip_3600 0:0 0:0:5e-4:5e-3
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from quantgate.tasks.traffic.prepare import prepare_traffic
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("checkpoint", help="a 2-bit checkpoint (quip_sharp_2bit or aqlm_2x8)")
-    ap.add_argument("settings", nargs="+", help="fraction:code_lr, e.g. 0.01:0.02; 0:0 keeps codes frozen")
+    ap.add_argument("settings", nargs="+",
+                    help="fraction:code_lr[:lr[:sign_lr]], e.g. 0.01:0.02; 0:0 keeps codes frozen")
     ap.add_argument("--state-dir", type=Path, default=Path(".quantgate"))
     ap.add_argument("--config", default=None, help="traffic, calibration (default: conf/default.yaml)")
     ap.add_argument("--samples", type=int, default=64)
@@ -44,11 +47,13 @@ def main() -> None:
     batches = [torch.tensor([row["input_ids"]]) for row in rows]
     teacher = load_causal_lm(model_path)
     for setting in args.settings:
-        fraction, code_lr = (float(x) for x in setting.split(":"))
+        fraction, code_lr, *rates = (float(x) for x in setting.split(":"))
+        lr = rates[0] if rates else 5e-4
         student = load_codebook_model(args.checkpoint, materialize=False)
         started = time.monotonic()
         report = finetune_end_to_end(student, teacher, batches, deadline=started + 24 * 3600,
-                                     epochs=args.epochs, code_lr=code_lr, code_fraction=fraction)
+                                     epochs=args.epochs, code_lr=code_lr, code_fraction=fraction, lr=lr,
+                                     sign_lr=rates[1] if len(rates) > 1 else None)
         print(json.dumps({"setting": setting, "seconds": round(time.monotonic() - started),
                           **asdict(report)}), flush=True)
 

@@ -136,6 +136,8 @@ class _TwoBit(_Variant):
         default=0.35, description="share of the budget the Hessians leave that is kept for fine-tuning; the "
         "layer loop gets the rest")
     finetune_lr: Annotated[float, Field(gt=0)] = 5e-4
+    finetune_sign_lr: Annotated[float, Field(gt=0)] | None = Field(
+        default=None, description="end-to-end Adam rate for QuIP#'s sign vectors; unset: finetune_lr")
     code_update_fraction: Annotated[float, Field(ge=0, le=0.1)] = Field(
         default=0.0, description="codes that move during end-to-end fine-tuning (PV-tuning's V step): "
         "at most this share of a layer's code groups re-encoded per step, those that gain most "

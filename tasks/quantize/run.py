@@ -203,6 +203,7 @@ def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, data
     if spec.finetune_epochs:
         tuned = finetune_checkpoint(str(out), teacher, batches, deadline=deadline,
                                     epochs=spec.finetune_epochs, lr=spec.finetune_lr,
+                                    sign_lr=spec.finetune_sign_lr,
                                     code_lr=spec.code_lr, code_fraction=spec.code_update_fraction)
         notes |= {f"finetune_{k}": v for k, v in asdict(tuned).items()}
     return notes

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from quantgate.kernels.codebook_linear import _CodebookLinear
-from quantgate.tasks.quantize.codebook.finetune import tunable_parameters
+from quantgate.tasks.quantize.codebook.finetune import split_signs, tunable_parameters
 
 ACCUMULATE = 4  # sequences per Adam step
 
@@ -37,8 +37,6 @@ def run_block(block: torch.nn.Module, x: torch.Tensor, kwargs: dict[str, Any]) -
     return out[0] if isinstance(out, tuple) else out
 
 
-
-
 def _relative_error(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return (out.float() - target.float()).square().sum() / target.float().square().sum()
 
@@ -51,10 +49,7 @@ def _block_parameters(block: torch.nn.Module) -> tuple[list[torch.nn.Parameter],
         if type(module) is torch.nn.Linear:
             module.weight.requires_grad_(True)
             params.append(module.weight)
-    signs = [m.SU for m in block.modules() if hasattr(m, "SU")] + [m.SV for m in block.modules()
-                                                                    if hasattr(m, "SV")]
-    sign_ids = {id(p) for p in signs}
-    return signs, [p for p in params if id(p) not in sign_ids]
+    return split_signs(block, params)
 
 
 @torch.no_grad()

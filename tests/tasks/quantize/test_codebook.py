@@ -142,6 +142,16 @@ def test_end_to_end_finetuning_lowers_the_heldout_kl(model96, calibration, tmp_p
     assert not torch.equal(student.model.layers[0].mlp.down_proj.SU, su_before.float())  # signs relaxed
     assert all(not p.requires_grad for p in student.parameters())
 
+    # The sign vectors take their own rate: at a vanishing weight rate only they (and no norm) move.
+    signs_only = load_codebook_model(plain, materialize=False)
+    norm_before = signs_only.model.layers[0].input_layernorm.weight.clone()
+    su_before = signs_only.model.layers[0].mlp.down_proj.SU.clone()
+    report = finetune_end_to_end(signs_only, teacher, batches, deadline=time.monotonic() + 120, epochs=2,
+                                 lr=1e-12, sign_lr=2e-3, heldout=2, accumulate=1)
+    assert report.kl_after < report.kl_before, report
+    assert (signs_only.model.layers[0].mlp.down_proj.SU - su_before.float()).abs().max() > 1e-4
+    assert (signs_only.model.layers[0].input_layernorm.weight - norm_before).abs().max() < 1e-9
+
     # A budget that the first held-out check already spends: no step, no second check, the input
     # parameters back untouched (the check's own cost is kept out of the training time).
     late = load_codebook_model(plain, materialize=False)
