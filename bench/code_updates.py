@@ -2,7 +2,7 @@
 checkpoint for a fixed number of epochs with each setting, held-out KL to the baseline per token.
 
 The checkpoint is tuned in memory, never written. Settings are `fraction:code_lr[:lr[:sign_lr]]`
-(0:0 = frozen codes; lr defaults to the spec's 5e-4, sign_lr to lr):
+(0:0 = frozen codes; lr and sign_lr default to the tuner's):
 
     .venv/bin/python bench/code_updates.py --state-dir /tmp/qgstate /tmp/bt/aqlm_v5p_300 0:0 0.01:0.02
     .venv/bin/python bench/code_updates.py --state-dir /tmp/qgstate /tmp/bt/quip_3600 0:0 0:0:5e-4:5e-3
@@ -48,12 +48,11 @@ def main() -> None:
     teacher = load_causal_lm(model_path)
     for setting in args.settings:
         fraction, code_lr, *rates = (float(x) for x in setting.split(":"))
-        lr = rates[0] if rates else 5e-4
+        given = dict(zip(("lr", "sign_lr"), rates, strict=False))  # unset: the tuner's defaults
         student = load_codebook_model(args.checkpoint, materialize=False)
         started = time.monotonic()
         report = finetune_end_to_end(student, teacher, batches, deadline=started + 24 * 3600,
-                                     epochs=args.epochs, code_lr=code_lr, code_fraction=fraction, lr=lr,
-                                     sign_lr=rates[1] if len(rates) > 1 else None)
+                                     epochs=args.epochs, code_lr=code_lr, code_fraction=fraction, **given)
         print(json.dumps({"setting": setting, "seconds": round(time.monotonic() - started),
                           **asdict(report)}), flush=True)
 
