@@ -120,6 +120,7 @@ def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[P
         os.environ["PREFECT_API_URL"] = api
         yield PrefectServer(api, f"http://127.0.0.1:{port}", proc)
     finally:
+        _send_pending_prefect_logs()
         os.environ.pop("PREFECT_API_URL", None)
         proc.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -127,6 +128,15 @@ def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[P
         if proc.poll() is None:
             proc.kill()
         log.close()
+
+
+def _send_pending_prefect_logs() -> None:
+    """Let Prefect's background log worker deliver what it holds before its server goes: else it
+    posts them after, and the run's last line is Prefect's "--- Error logging to API ---"."""
+    handlers = sys.modules.get("prefect.logging.handlers")  # None when no flow ran in this process
+    if handlers is not None:
+        with contextlib.suppress(Exception):  # best effort: stopping the server must not fail
+            handlers.APILogWorker.drain_all(timeout=5)
 
 
 def ray_init_kwargs(*, address: str, num_cpus: int, env: dict[str, str]) -> dict[str, object]:
