@@ -138,6 +138,9 @@ class _TwoBit(_Variant):
     finetune_lr: Annotated[float, Field(gt=0)] = 5e-4
     finetune_sign_lr: Annotated[float, Field(gt=0)] | None = Field(
         default=None, description="end-to-end Adam rate for QuIP#'s sign vectors; unset: finetune_lr")
+    finetune_synthetic: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="sequences of 128 tokens the baseline writes itself from random first tokens "
+        "(LLM-QAT's data-free distillation), tuned on beside the traffic end to end; 0: traffic only")
     code_update_fraction: Annotated[float, Field(ge=0, le=0.1)] = Field(
         default=0.0, description="codes that move during end-to-end fine-tuning (PV-tuning's V step): "
         "at most this share of a layer's code groups re-encoded per step, those that gain most "

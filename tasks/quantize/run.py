@@ -24,11 +24,12 @@ from quantgate.tasks.model import codebook_format
 from quantgate.tasks.model.codebook_format import save_codebook_checkpoint, target_linears
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.quantize import wna16
-from quantgate.tasks.quantize.codebook import absorb, block_tuning, blockwise, finetune, layers
+from quantgate.tasks.quantize.codebook import absorb, block_tuning, blockwise, finetune, layers, synthetic
 from quantgate.tasks.quantize.codebook.block_tuning import BlockTuning
 from quantgate.tasks.quantize.codebook.blockwise import quantize_blockwise
 from quantgate.tasks.quantize.codebook.finetune import finetune_checkpoint
 from quantgate.tasks.quantize.codebook.layers import calibration_hessians, quantize_layers
+from quantgate.tasks.quantize.codebook.synthetic import SYNTHETIC_TOKENS, teacher_sequences, vocabulary_starts
 from quantgate.tasks.quantize.registry import quantizer_for
 from quantgate.tasks.runtime.digest import source_digest
 from quantgate.tasks.traffic.load import read_requests
@@ -58,7 +59,7 @@ def quantize_code_digest(method: str) -> str:
              or module.build_recipe)
     own = hasattr(module, "layer_functions")
     return source_digest(sys.modules[__name__], module, sys.modules[entry.__module__], wna16, codebook_format,
-                         layers, finetune, blockwise, block_tuning, absorb,
+                         layers, finetune, blockwise, block_tuning, absorb, synthetic,
                          packages=("llmcompressor", "compressed-tensors", "transformers", "torch"),
                          trees=_OWN_KERNELS if own else ())
 
@@ -177,6 +178,11 @@ def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, data
     device = quantize_device(spec)
     model.to(device)
     batches = [torch.tensor([row["input_ids"]], device=device) for row in dataset]  # [1, T] each
+    # Written before the layer loop changes `model`, inside the budget (~1 s a sequence on 2 cores).
+    own_text = []
+    if spec.finetune_synthetic and spec.finetune_epochs:
+        own_text = teacher_sequences(model, vocabulary_starts(tokenizer), spec.finetune_synthetic,
+                                     SYNTHETIC_TOKENS, seed=spec.seed)
     blockwise = spec.sequential or spec.block_epochs > 0
     # The block-wise loop changes `model` as it goes: the end-to-end step needs the original.
     teacher = copy.deepcopy(model) if blockwise and spec.finetune_epochs else model
@@ -204,8 +210,10 @@ def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, data
         tuned = finetune_checkpoint(str(out), teacher, batches, deadline=deadline,
                                     epochs=spec.finetune_epochs, lr=spec.finetune_lr,
                                     sign_lr=spec.finetune_sign_lr,
-                                    code_lr=spec.code_lr, code_fraction=spec.code_update_fraction)
+                                    code_lr=spec.code_lr, code_fraction=spec.code_update_fraction,
+                                    extra=own_text)
         notes |= {f"finetune_{k}": v for k, v in asdict(tuned).items()}
+        notes["finetune_synthetic"] = len(own_text)
     return notes
 
 

@@ -9,7 +9,9 @@ fine-tune the same kind of parameters the same way; this is their end-to-end ste
 
 A few calibration sequences are held out: the result is the parameter set with the lowest
 held-out KL seen (the input one included), so tuning can only help on that measure, and it
-ends by the deadline, its last held-out check included.
+ends by the deadline, its last held-out check included. `extra` sequences (the baseline's own
+text, `synthetic`) train beside the calibration ones and are never held out: the check stays on
+the traffic.
 """
 
 from __future__ import annotations
@@ -63,6 +65,13 @@ def split_signs(module: torch.nn.Module, params: list[torch.nn.Parameter]
     return signs, [p for p in params if id(p) not in sign_ids]
 
 
+def interleave(first: Sequence[torch.Tensor], second: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Both lists in one, spread evenly (each accumulated step sees both kinds, in their own order)."""
+    keyed = [((i + 0.5) / len(first), 0, t) for i, t in enumerate(first)]
+    keyed += [((i + 0.5) / len(second), 1, t) for i, t in enumerate(second)]
+    return [t for *_, t in sorted(keyed, key=lambda k: k[:2])]
+
+
 def _kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor) -> torch.Tensor:
     """Mean over tokens of KL(teacher ‖ student)."""
     t = F.log_softmax(teacher_logits.float(), -1)
@@ -87,9 +96,10 @@ def finetune_end_to_end(
     student: torch.nn.Module, teacher: torch.nn.Module, batches: Sequence[torch.Tensor], *,
     deadline: float, epochs: int = 2, lr: float = 5e-4, heldout: int = 8, accumulate: int = 4,
     code_lr: float = 0.0, code_fraction: float = 0.0, sign_lr: float | None = None,
+    extra: Sequence[torch.Tensor] = (),
 ) -> FinetuneReport:
     heldout = min(heldout, len(batches) // 4)  # a quarter at most: most sequences train
-    train, val = list(batches[heldout:]), list(batches[:heldout])
+    train, val = interleave(batches[heldout:], extra), list(batches[:heldout])
     params = tunable_parameters(student)
     codebook_layers = [m for m in student.modules() if isinstance(m, AqlmLinear | QuipLinear)]
     codes = CodeUpdates(codebook_layers, code_lr, code_fraction) if code_fraction > 0 else None
@@ -149,7 +159,7 @@ def finetune_end_to_end(
 def finetune_checkpoint(path: str, teacher: torch.nn.Module, batches: Sequence[torch.Tensor], *,
                         deadline: float, epochs: int, lr: float, code_lr: float = 0.0,
                         code_fraction: float = 0.0, sign_lr: float | None = None, heldout: int = 8,
-                        accumulate: int = 4) -> FinetuneReport:
+                        accumulate: int = 4, extra: Sequence[torch.Tensor] = ()) -> FinetuneReport:
     """Tune a saved codebook checkpoint in place: the tuned tensors (codes included when they move)
     replace the stored ones, in the stored dtypes (S_U, S_V stay fp16)."""
     from safetensors.torch import load_file, save_file
@@ -158,10 +168,10 @@ def finetune_checkpoint(path: str, teacher: torch.nn.Module, batches: Sequence[t
 
     device = next(teacher.parameters()).device  # the GPU when the variant asked for one
     student = load_codebook_model(path, materialize=False).to(device)
-    batches = [ids.to(device) for ids in batches]
+    batches, extra = [ids.to(device) for ids in batches], [ids.to(device) for ids in extra]
     report = finetune_end_to_end(student, teacher, batches, deadline=deadline, epochs=epochs, lr=lr,
                                  code_lr=code_lr, code_fraction=code_fraction, sign_lr=sign_lr,
-                                 heldout=heldout, accumulate=accumulate)
+                                 heldout=heldout, accumulate=accumulate, extra=extra)
     file = f"{path}/model.safetensors"
     stored = load_file(file)
     tuned = student.state_dict()

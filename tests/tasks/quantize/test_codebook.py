@@ -23,13 +23,14 @@ SPEC = TypeAdapter(VariantSpec)
 QUIP = {"name": "q", "method": "quip_sharp_2bit", "num_samples": 8}
 AQLM = {"name": "a", "method": "aqlm_2x8", "num_samples": 8, "max_rounds": 1, "adam_steps": 5,
         "beam_size": 1}
+OWN_TEXT = {"finetune_synthetic": 3}  # the fixture's AQLM also tunes on the baseline's own text
 
 
 @pytest.fixture(scope="module")
 def quantized(model96, calibration, tmp_path_factory):
     out = tmp_path_factory.mktemp("variants")
     paths = {}
-    for spec in (QUIP, AQLM, {"name": "r", "method": "int2_rtn", "group_size": 32}):
+    for spec in (QUIP, AQLM | OWN_TEXT, {"name": "r", "method": "int2_rtn", "group_size": 32}):
         res = quantize_variant(SPEC.validate_python(spec), model_path=model96, calibration_path=calibration,
                                out_dir=str(out / spec["name"]), max_seq_len=64, threads=1)
         paths[spec["method"]] = res.checkpoint
@@ -84,6 +85,12 @@ def test_record_has_the_methods_notes(quantized):
                         "quantgate_variant.json").read_text())["notes"]
     assert notes["layers"] == 14 and notes["cheap_layers"] == 0
     assert 0 < notes["mean_proxy_loss"] < notes["mean_nearest_loss"]  # BlockLDLQ beat nearest rounding
+    assert notes["finetune_synthetic"] == 0
+    aqlm = json.loads((__import__("pathlib").Path(quantized["aqlm_2x8"]) /
+                       "quantgate_variant.json").read_text())["notes"]
+    # 8 requests, 2 held out, 3 own sequences, 2 epochs, 4 sequences a step: 2 steps an epoch + 1
+    # for the extra text (which is never held out).
+    assert aqlm["finetune_synthetic"] == 3 and aqlm["finetune_steps"] == 2 * 3
 
 
 @pytest.mark.parametrize("spec", [QUIP, AQLM], ids=["quip", "aqlm"])
@@ -123,6 +130,7 @@ def test_end_to_end_finetuning_lowers_the_heldout_kl(model96, calibration, tmp_p
 
     from quantgate.tasks.model.load import load_tokenizer
     from quantgate.tasks.quantize.codebook.finetune import finetune_end_to_end
+    from quantgate.tasks.quantize.codebook.synthetic import teacher_sequences, vocabulary_starts
     from quantgate.tasks.traffic.load import read_requests
     from quantgate.tasks.traffic.tokens import encode_request
 
@@ -139,6 +147,13 @@ def test_end_to_end_finetuning_lowers_the_heldout_kl(model96, calibration, tmp_p
                                  lr=2e-3, heldout=2, accumulate=1)
     assert report.steps == 3 * 6 and report.stopped_by == "epochs"
     assert report.kl_after < 0.95 * report.kl_before, report
+
+    # The baseline's own text trains beside the traffic (one step per sequence here), never held out.
+    own_text = teacher_sequences(teacher, vocabulary_starts(tok), 4, 16)
+    beside = load_codebook_model(plain, materialize=False)
+    report_beside = finetune_end_to_end(beside, teacher, batches, deadline=time.monotonic() + 120, epochs=1,
+                                        lr=2e-3, heldout=2, accumulate=1, extra=own_text)
+    assert report_beside.steps == 6 + 4 and report_beside.kl_before == report.kl_before
     assert not torch.equal(student.model.layers[0].mlp.down_proj.SU, su_before.float())  # signs relaxed
     assert all(not p.requires_grad for p in student.parameters())
 
