@@ -43,7 +43,10 @@ class _Variant(Strict):
         default=False, description="a control is measured and reported but never wins the gate"
     )
     num_samples: Annotated[int, Field(ge=1)] = 64
-    ignore: tuple[str, ...] = ("lm_head",)
+    ignore: tuple[str, ...] = Field(
+        default=("lm_head",), description="Linears left unquantized: each entry matches the module names "
+        "that contain it. In the 2-bit formats a kept Linear of a decoder block is stored in fp16 and "
+        "counts in bits per weight (mixed precision, e.g. 'layers.0.mlp.down_proj')")
 
     def weight_bits(self) -> float:
         """Nominal bits stored per quantized weight, scales and codebooks aside unless stated."""

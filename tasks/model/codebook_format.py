@@ -7,7 +7,8 @@ Layout (a directory transformers' AutoConfig reads):
                        AQLM:  the `aqlm` package's keys ("quant_method": "aqlm", in_group_size,
                                out_group_size, num_codebooks, nbits_per_codebook,
                                linear_weights_not_to_quantize), so transformers + aqlm load it too.
-  model.safetensors    every unquantized tensor as in the base model, and per quantized Linear
+  model.safetensors    every unquantized tensor as in the base model (a decoder block's Linear kept
+                       unquantized: in fp16), and per quantized Linear
                        `<name>.qidxs` [m, n/8] int16, `.SU` [n] f16, `.SV` [m] f16, `.Wscale` []
                        f32 (QuIP#: signs of the randomized Hadamard transforms, whose Hadamard
                        factors are rebuilt from the shape by `kernels.hadamard.small_factor`);
@@ -37,13 +38,18 @@ def target_linears(model: torch.nn.Module, ignore: tuple[str, ...]) -> dict[str,
 def save_codebook_checkpoint(model: torch.nn.Module, tokenizer: Any, *,
                              layers: dict[str, dict[str, torch.Tensor]],
                              quantization_config: dict[str, Any], out: Path) -> None:
+    """Linears of the decoder blocks that the method kept unquantized (mixed precision: the spec's
+    `ignore`) are stored in fp16, the precision a 2-bit model's kept layers are priced at."""
     out.mkdir(parents=True, exist_ok=True)
     state: dict[str, torch.Tensor] = {}
     replaced = {f"{name}.weight" for name in layers} | {f"{name}.bias" for name in layers}
+    kept = {f"{name}.weight" for name, m in model.named_modules()
+            if isinstance(m, torch.nn.Linear) and name not in layers and ".layers." in f".{name}"}
     tied = getattr(model.config, "tie_word_embeddings", False)
     for key, value in model.state_dict().items():
         if key in replaced or (tied and key == "lm_head.weight"):
             continue
+        value = value.half() if key in kept else value
         state[key] = value.detach().cpu().contiguous()
     for name, tensors in layers.items():
         bias = model.get_submodule(name).bias

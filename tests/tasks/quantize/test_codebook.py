@@ -175,3 +175,26 @@ def test_end_to_end_finetuning_lowers_the_heldout_kl(model96, calibration, tmp_p
     assert (report.steps, report.epochs, report.stopped_by) == (0, 1, "deadline")
     assert report.kl_after == report.kl_before
     assert torch.equal(late.model.layers[0].self_attn.q_proj.SV, sv.float())
+
+
+def test_a_kept_layer_is_stored_in_fp16_and_priced_in_bits_per_weight(model96, calibration, tmp_path):
+    """Mixed precision through `ignore`: the kept Linear stays a plain Linear (block tuning may move
+    it), is written in fp16 and counts 16 bits a weight."""
+    spec = QUIP | {"ignore": ["lm_head", "layers.0.mlp.down_proj"], "finetune_epochs": 0}
+    res = quantize_variant(SPEC.validate_python(spec), model_path=model96, calibration_path=calibration,
+                           out_dir=str(tmp_path / "v"), max_seq_len=64, threads=1)
+    from safetensors import safe_open
+
+    with safe_open(f"{res.checkpoint}/model.safetensors", "pt") as f:
+        assert f.get_slice("model.layers.0.mlp.down_proj.weight").get_dtype() == "F16"
+        assert "model.layers.0.mlp.down_proj.qidxs" not in f.keys()
+        assert f.get_slice("model.layers.0.input_layernorm.weight").get_dtype() == "F32"  # the rest as was
+    model = load_codebook_model(res.checkpoint)
+    assert type(model.model.layers[0].mlp.down_proj) is torch.nn.Linear
+    assert isinstance(model.model.layers[1].mlp.down_proj, QuipLinear)
+    shapes = [(96, 96), (48, 96), (48, 96), (96, 96), (192, 96), (192, 96), (96, 192)]
+    quip_bits = 2 * sum(2 * m * n + 16 * (m + n) + 32 for m, n in shapes) - (2 * 96 * 192 + 16 * 288 + 32)
+    weights = 2 * sum(m * n for m, n in shapes)
+    expected = (quip_bits + 16 * 96 * 192) / weights
+    assert checkpoint_size(res.checkpoint).bits_per_weight == pytest.approx(expected)
+    assert _rel_error(model96, res.checkpoint) < 1.0
