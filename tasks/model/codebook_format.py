@@ -12,8 +12,8 @@ Layout (a directory transformers' AutoConfig reads):
                        `<name>.qidxs` [m, n/8] int16, `.SU` [n] f16, `.SV` [m] f16, `.Wscale` []
                        f32 (QuIP#: signs of the randomized Hadamard transforms, whose Hadamard
                        factors are rebuilt from the shape by `kernels.hadamard.small_factor`);
-                       or `<name>.codes` [m, n/8, M] int8, `.codebooks` [M, 256, 1, 8] f32,
-                       `.scales` [m, 1, 1, 1] f32 (AQLM).
+                       or `<name>.codes` [m, n/8, M] int8, `.codebooks` [M, 256, 1, 8] f16,
+                       `.scales` [m, 1, 1, 1] f16 (AQLM; f32 before 2026-12-04, still loaded).
   tokenizer files, generation_config.json
 """
 

@@ -36,8 +36,10 @@ def _outcome(W: torch.Tensor, H: torch.Tensor, q: AqlmCodes, notes: dict[str, fl
     with torch.no_grad():
         rel = layer_objective(W, reconstruct(q), H) / layer_objective(W, torch.zeros_like(W), H)
     return LayerOutcome(
-        tensors={"codes": _int8_codes(q.codes), "codebooks": q.codebooks.float().contiguous(),
-                 "scales": q.scales.float().contiguous()},
+        # fp16 codebooks and scales, as the AQLM paper counts them and its checkpoints store them
+        # (fp32 cost SmolLM2 0.15 bits per weight: a layer's codebooks are 131,072 bits at fp32).
+        tensors={"codes": _int8_codes(q.codes), "codebooks": q.codebooks.half().contiguous(),
+                 "scales": q.scales.half().contiguous()},
         notes={"proxy_loss": rel, **notes})
 
 

@@ -74,7 +74,7 @@ def test_bits_per_weight_count_codes_codebooks_scales_and_signs(model96, quantiz
     shapes = [(96, 96), (48, 96), (48, 96), (96, 96), (192, 96), (192, 96), (96, 192)]  # q k v o g u d
     weights = 2 * sum(m * n for m, n in shapes)
     quip_bits = 2 * sum(2 * m * n + 16 * (m + n) + 32 for m, n in shapes)  # codes, SU, SV, Wscale
-    aqlm_bits = 2 * sum(2 * m * n + 2 * 256 * 8 * 32 + 32 * m for m, n in shapes)  # codes, codebooks, scales
+    aqlm_bits = 2 * sum(2 * m * n + 2 * 256 * 8 * 16 + 16 * m for m, n in shapes)  # codes, codebooks, scales
     assert checkpoint_size(quantized["quip_sharp_2bit"]).bits_per_weight == pytest.approx(quip_bits / weights)
     assert checkpoint_size(quantized["aqlm_2x8"]).bits_per_weight == pytest.approx(aqlm_bits / weights)
     assert checkpoint_size(quantized["int2_rtn"]).bits_per_weight < 3.5
