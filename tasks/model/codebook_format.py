@@ -27,6 +27,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear
+from quantgate.tasks.model.size import in_decoder_blocks
 
 
 def target_linears(model: torch.nn.Module, ignore: tuple[str, ...]) -> dict[str, torch.nn.Linear]:
@@ -44,7 +45,7 @@ def save_codebook_checkpoint(model: torch.nn.Module, tokenizer: Any, *,
     state: dict[str, torch.Tensor] = {}
     replaced = {f"{name}.weight" for name in layers} | {f"{name}.bias" for name in layers}
     kept = {f"{name}.weight" for name, m in model.named_modules()
-            if isinstance(m, torch.nn.Linear) and name not in layers and ".layers." in f".{name}"}
+            if isinstance(m, torch.nn.Linear) and name not in layers and in_decoder_blocks(name)}
     tied = getattr(model.config, "tie_word_embeddings", False)
     for key, value in model.state_dict().items():
         if key in replaced or (tied and key == "lm_head.weight"):

@@ -18,6 +18,11 @@ _LINEAR_TENSORS = ("weight", "weight_packed", "weight_scale", "weight_zero_point
 _WEIGHTS_PER_CODE = 8  # both 2-bit formats group 8 input weights
 
 
+def in_decoder_blocks(module: str) -> bool:
+    """A module of the transformer blocks (`model.layers.N...`): what bits per weight count."""
+    return ".layers." in f".{module}"
+
+
 @dataclass(frozen=True)
 class CheckpointSize:
     bytes: int  # every tensor in the checkpoint
@@ -40,7 +45,7 @@ def checkpoint_size(checkpoint: str) -> CheckpointSize:
                 bits = numel * _DTYPE_BITS[s.get_dtype()]
                 total_bits += bits
                 module, _, leaf = key.rpartition(".")
-                if ".layers." not in f".{module}" or leaf not in _LINEAR_TENSORS:
+                if not in_decoder_blocks(module) or leaf not in _LINEAR_TENSORS:
                     continue
                 if leaf == "weight" and len(s.get_shape()) != 2:
                     continue  # a norm's weight, not a Linear's
