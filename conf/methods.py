@@ -210,9 +210,12 @@ class Aqlm2x8(_TwoBit):
     beam_size: Annotated[int, Field(ge=1, le=64)] = 2
     max_rounds: Annotated[int, Field(ge=0)] = 3
     adam_steps: Annotated[int, Field(ge=0)] = 10
+    min_rounds: Annotated[int, Field(ge=0)] = Field(
+        default=1, description="search rounds every layer gets even past its share of the budget (not "
+        "past the whole budget: cut layers keep the k-means init); k_proj/v_proj of a 300 s run got 0")
     # SmolLM2 at 300 s: PPL x19.4 at 0, x10.0 at 0.5 (mean proxy loss 0.085 -> 0.052).
     input_channel_power: Annotated[float, Field(ge=0, le=1)] = Field(
-        default=0.5, description="block-wise only: the inputs of q/k/v, gate/up and down_proj rescaled by "
+        default=0.5, description="the inputs of q/k/v, gate/up and down_proj rescaled by "
         "(H_jj / mean H_jj)^(p/2) before quantizing, the inverse folded into the norm or up_proj's row "
         "scales (the format has no input scale); evens out massive-activation channels. 0: off")
 

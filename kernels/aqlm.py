@@ -376,11 +376,14 @@ def aqlm_quantize(
     deadline: float | None = None,
     seed: int = 0,
     init_iters: int = 10,
+    min_rounds: int = 0,
 ) -> AqlmResult:
     """Residual k-means init, then rounds of (Adam on codebooks/scales, one beam-search pass over the
     codes). Stops when a round improves f by less than ``rel_tol`` (relative), after ``max_rounds``, or
     once ``time.monotonic()`` passes ``deadline`` (the best codes so far are returned; every step only
-    ever lowers f, so the latest state is the best)."""
+    ever lowers f, so the latest state is the best). The first ``min_rounds`` rounds run whole even past
+    the deadline: a layer whose share of the budget is shorter than one round still gets its
+    Hessian-aware search (the k-means init does not see H)."""
     _check_inputs(W, H, group)
     W = W.detach().float()
     H = H.detach().float()
@@ -393,17 +396,19 @@ def aqlm_quantize(
     rounds = 0
     stopped_by = "max_rounds"
     while rounds < max_rounds:
-        if _past(deadline):
+        floor = rounds < min_rounds
+        if _past(deadline) and not floor:
             stopped_by = "deadline"
             break
-        q = _adam(W, H, q, adam_steps, lr, deadline)
-        q = _beam_search(W, H, q, beam_size, deadline)
+        round_deadline = None if floor else deadline
+        q = _adam(W, H, q, adam_steps, lr, round_deadline)
+        q = _beam_search(W, H, q, beam_size, round_deadline)
         rounds += 1
         f_new = layer_objective(W, reconstruct(q), H)
         history.append(f_new / norm)
         improved = (f - f_new) / f if f > 0.0 else 0.0
         f = f_new
-        if _past(deadline):
+        if _past(deadline) and rounds >= min_rounds:
             stopped_by = "deadline"
             break
         if improved < rel_tol:

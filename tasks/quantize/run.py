@@ -25,6 +25,7 @@ from quantgate.tasks.model.codebook_format import save_codebook_checkpoint, targ
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.quantize import wna16
 from quantgate.tasks.quantize.codebook import absorb, block_tuning, blockwise, finetune, layers, synthetic
+from quantgate.tasks.quantize.codebook.absorb import normalize_all_inputs
 from quantgate.tasks.quantize.codebook.block_tuning import BlockTuning
 from quantgate.tasks.quantize.codebook.blockwise import quantize_blockwise
 from quantgate.tasks.quantize.codebook.finetune import finetune_checkpoint
@@ -186,14 +187,17 @@ def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, data
     blockwise = spec.sequential or spec.block_epochs > 0
     # The block-wise loop changes `model` as it goes: the end-to-end step needs the original.
     teacher = copy.deepcopy(model) if blockwise and spec.finetune_epochs else model
-    hessians = None if blockwise else calibration_hessians(model, batches, ignore=spec.ignore)
+    fns = method.layer_functions(spec)
+    hessians = None
+    if not blockwise:
+        hessians = calibration_hessians(model, batches, ignore=spec.ignore)
+        hessians = normalize_all_inputs(model, hessians, fns.input_power)
     hessian_seconds = time.perf_counter() - start
     deadline = time.monotonic() + spec.time_budget_s - hessian_seconds
     # The share is of the time the Hessians leave, not of the whole budget: on one core the Hessians
     # of 64 samples take half of a 300 s budget, and a fixed reserve then left the layer loop nothing
     # (every layer rounded to nearest, PPL ×1,000; fine-tuning cannot repair that).
     reserve = max(0.0, deadline - time.monotonic()) * spec.finetune_share if spec.finetune_epochs else 0.0
-    fns = method.layer_functions(spec)
     if blockwise:
         tuning = BlockTuning(epochs=spec.block_epochs, lr=spec.block_lr, sign_lr=spec.block_sign_lr,
                              sequential=spec.sequential, quantize_share=spec.block_search_share)

@@ -233,6 +233,19 @@ def test_aqlm_quantize_deadline_in_the_past_returns_at_once():
     _assert_valid(res.q, 64, 128, 2, 256)
 
 
+@pytest.mark.timeout(60)
+def test_aqlm_quantize_min_rounds_run_whole_past_the_deadline_and_no_more():
+    w, h = _problem(64, 128, seed=10)
+    past = time.monotonic() - 1.0
+    floor = aqlm_quantize(w, h, max_rounds=50, adam_steps=10, deadline=past, min_rounds=1)
+    none = aqlm_quantize(w, h, max_rounds=50, adam_steps=10, deadline=past)
+    assert floor.stopped_by == "deadline" and floor.rounds == 1 and none.rounds == 0
+    # the same (deadline-shortened) init, then one whole Hessian-aware round on top of it
+    assert floor.objective_history[0] == none.objective_history[0]
+    assert floor.objective_history[1] < 0.97 * floor.objective_history[0]
+    _assert_valid(floor.q, 64, 128, 2, 256)
+
+
 def test_aqlm_2x8_beats_per_row_2bit_rtn():
     w, h = _problem(128, 128, seed=11, tokens=512)
     res = aqlm_quantize(w, h, num_codebooks=2, nbits=8, beam_size=2, max_rounds=2, adam_steps=10)

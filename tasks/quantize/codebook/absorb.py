@@ -22,6 +22,9 @@ from quantgate.kernels.hessian import channel_scales
 ABSORBERS = {"self_attn.q_proj": "input_layernorm", "mlp.gate_proj": "post_attention_layernorm",
              "mlp.down_proj": "mlp.up_proj"}
 """First layer of a group (Llama naming) -> the module whose output channels are the group's inputs."""
+READERS = {"self_attn.q_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+           "mlp.gate_proj": ("mlp.gate_proj", "mlp.up_proj"), "mlp.down_proj": ("mlp.down_proj",)}
+"""Every Linear that reads the absorber's output: a reader kept out of the group (`ignore`) takes D too."""
 
 
 @torch.no_grad()
@@ -47,15 +50,44 @@ def scale_output_channels(module: torch.nn.Module, factor: torch.Tensor) -> None
 def normalize_group_inputs(block: torch.nn.Module, group: list[str], hessians: dict[str, torch.Tensor],
                            power: float) -> dict[str, torch.Tensor]:
     """Rescale the group's input channels by (H_jj / mean H_jj)^(power/2) through its absorber; returns
-    the Hessians of the rescaled inputs. Unchanged when power is 0 or the group has no absorber."""
-    absorber = ABSORBERS.get(group[0])
-    if not power or absorber is None:
+    the Hessians of the rescaled inputs. Unchanged when power is 0 or the group has no absorber. A
+    dense reader of the same input kept out of the group (`ignore`) is rescaled with it, so the block
+    computes what it did."""
+    first = next((key for key, readers in READERS.items() if set(group) & set(readers)), None)
+    if not power or first is None:
         return hessians
     H = hessians[group[0]]  # the group reads one tensor: one Hessian
     d = channel_scales(H, power)
-    scale_output_channels(block.get_submodule(absorber), 1.0 / d)
-    for name in group:
+    scale_output_channels(block.get_submodule(ABSORBERS[first]), 1.0 / d)
+    for name in READERS[first]:
+        if name not in group and not isinstance(block.get_submodule(name), torch.nn.Linear):
+            raise TypeError(f"{name} reads the input of {group} but is neither in the group nor dense")
         weight = block.get_submodule(name).weight
         weight.mul_(d[None, :].to(weight.dtype))
     scaled = H / d[:, None] / d[None, :]
     return dict.fromkeys(group, scaled)
+
+
+@torch.no_grad()
+def normalize_all_inputs(model: torch.nn.Module, hessians: dict[str, torch.Tensor],
+                         power: float) -> dict[str, torch.Tensor]:
+    """`normalize_group_inputs` for the all-at-once loop: every group of the still unquantized
+    decoder blocks (`model.model.layers`), from the calibration Hessians (layers reading one tensor
+    share one Hessian object, which is how the groups are found)."""
+    blocks = getattr(getattr(model, "model", None), "layers", None)
+    if not power or not isinstance(blocks, torch.nn.ModuleList):
+        return hessians
+    prefix = next(n for n, m in model.named_modules() if m is blocks)
+    out = dict(hessians)
+    groups: dict[int, list[str]] = {}
+    for name, H in hessians.items():
+        groups.setdefault(id(H), []).append(name)
+    for names in groups.values():
+        index, _, first = names[0].removeprefix(f"{prefix}.").partition(".")
+        if not names[0].startswith(f"{prefix}.") or not index.isdigit():
+            continue  # not in a decoder block (lm_head): no absorber
+        group = [name.removeprefix(f"{prefix}.{index}.") for name in names]
+        scaled = normalize_group_inputs(blocks[int(index)], group, {n: hessians[f"{prefix}.{index}.{n}"]
+                                                                    for n in group}, power)
+        out |= {f"{prefix}.{index}.{n}": H for n, H in scaled.items()}
+    return out

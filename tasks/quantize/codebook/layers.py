@@ -49,7 +49,7 @@ class LayerFunctions:
     full: Callable[[str, torch.Tensor, torch.Tensor, float], LayerOutcome]
     cheap: Callable[[str, torch.Tensor, torch.Tensor], LayerOutcome]
     quantization_config: dict[str, Any]
-    input_power: float = 0.0  # block-wise only: input-channel normalization through an absorber (`absorb`)
+    input_power: float = 0.0  # input-channel normalization through an absorber (`absorb`)
 
 
 def weight_share(end: float, size: int, left: int) -> float:
