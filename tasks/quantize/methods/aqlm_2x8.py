@@ -32,9 +32,13 @@ def _int8_codes(codes: torch.Tensor) -> torch.Tensor:
     return codes.to(torch.int16).to(torch.int8)
 
 
-def _outcome(W: torch.Tensor, H: torch.Tensor, q: AqlmCodes, notes: dict[str, float]) -> LayerOutcome:
+def _outcome(W: torch.Tensor, H: torch.Tensor, q: AqlmCodes, notes: dict[str, float],
+             energy: float | None = None) -> LayerOutcome:
+    """`energy`: tr(W H Wᵀ) when the caller has it (`aqlm_quantize` does), else computed here."""
     with torch.no_grad():
-        rel = layer_objective(W, reconstruct(q), H) / layer_objective(W, torch.zeros_like(W), H)
+        if energy is None:
+            energy = layer_objective(W, torch.zeros_like(W), H)
+        rel = layer_objective(W, reconstruct(q), H) / energy
     return LayerOutcome(
         # fp16 codebooks and scales, as the AQLM paper counts them and its checkpoints store them
         # (fp32 cost SmolLM2 0.15 bits per weight: a layer's codebooks are 131,072 bits at fp32).
@@ -53,7 +57,8 @@ def layer_functions(spec: Aqlm2x8) -> LayerFunctions:
                             adam_steps=spec.adam_steps, deadline=layer_deadline, seed=spec.seed,
                             min_rounds=min(spec.min_rounds, spec.max_rounds))
         return _outcome(W, Hd, res.q, {"rounds": float(res.rounds),
-                                       "stopped_by_deadline": float(res.stopped_by == "deadline")})
+                                       "stopped_by_deadline": float(res.stopped_by == "deadline")},
+                        energy=res.w_energy)
 
     def cheap(name: str, W: torch.Tensor, H: torch.Tensor) -> LayerOutcome:
         q = residual_kmeans_init(W, num_codebooks=NUM_CODEBOOKS, nbits=NBITS, group=GROUP, iters=3,
