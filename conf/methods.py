@@ -213,8 +213,9 @@ class Aqlm2x8(_TwoBit):
     # 1 at 300 s on SmolLM2 (two runs): v_proj's proxy loss 0.092 -> 0.046, traffic PPL within the
     # run-to-run spread (x4.76, x5.29), GPL-3 worse in both (x15.7, x14.9 against x6.7-x12.0): off.
     min_rounds: Annotated[int, Field(ge=0)] = Field(
-        default=0, description="search rounds every layer gets even past its share of the budget (not "
-        "past the whole budget: cut layers keep the k-means init); at 300 s k_proj/v_proj get none")
+        default=0, description="search rounds every layer started within the budget gets even past its "
+        "share of it (a layer started near the end may overrun the budget by that much; layers "
+        "started past it keep the k-means init); at 300 s k_proj/v_proj get none")
     # SmolLM2 at 300 s: PPL x19.4 at 0, x10.0 at 0.5 (mean proxy loss 0.085 -> 0.052).
     input_channel_power: Annotated[float, Field(ge=0, le=1)] = Field(
         default=0.5, description="the inputs of q/k/v, gate/up and down_proj rescaled by "

@@ -25,7 +25,7 @@ from quantgate.tasks.model.codebook_format import save_codebook_checkpoint, targ
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.quantize import wna16
 from quantgate.tasks.quantize.codebook import absorb, block_tuning, blockwise, finetune, layers, synthetic
-from quantgate.tasks.quantize.codebook.absorb import normalize_all_inputs
+from quantgate.tasks.quantize.codebook.absorb import NotAbsorbable, normalize_all_inputs
 from quantgate.tasks.quantize.codebook.block_tuning import BlockTuning
 from quantgate.tasks.quantize.codebook.blockwise import quantize_blockwise
 from quantgate.tasks.quantize.codebook.finetune import finetune_checkpoint
@@ -160,6 +160,9 @@ def quantize_variant(
                             f"raise resources.memory_gb ({exc})") from exc
     except HessianNotPositiveDefinite as exc:
         raise QuantizeError(f"variants[{spec.name}]: {exc}") from exc
+    except NotAbsorbable as exc:
+        raise QuantizeError(f"variants[{spec.name}].input_channel_power: {exc}; set it to 0 for this "
+                            "model") from exc
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     record = {"spec": spec.model_dump(mode="json"), "seconds": seconds, "cpu_seconds": cpu_seconds,
               "main_thread_cpu_share": (time.thread_time() - main_thread) / max(seconds, 1e-9),
@@ -191,7 +194,7 @@ def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, data
     hessians = None
     if not blockwise:
         hessians = calibration_hessians(model, batches, ignore=spec.ignore)
-        hessians = normalize_all_inputs(model, hessians, fns.input_power)
+        hessians = normalize_all_inputs(model, hessians, fns.input_power, probe=batches[0])
     hessian_seconds = time.perf_counter() - start
     deadline = time.monotonic() + spec.time_budget_s - hessian_seconds
     # The share is of the time the Hessians leave, not of the whole budget: on one core the Hessians

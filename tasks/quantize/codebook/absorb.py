@@ -25,6 +25,13 @@ ABSORBERS = {"self_attn.q_proj": "input_layernorm", "mlp.gate_proj": "post_atten
 READERS = {"self_attn.q_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
            "mlp.gate_proj": ("mlp.gate_proj", "mlp.up_proj"), "mlp.down_proj": ("mlp.down_proj",)}
 """Every Linear that reads the absorber's output: a reader kept out of the group (`ignore`) takes D too."""
+EXACT_TOLERANCE = 1e-2
+"""Relative change of an output past which a rescale counts as not exact: fp rounding (QuIP#'s fp16
+S_V) stays near 1e-3; a norm that is not y = w ⊙ x̂ (Gemma's (1 + w)) or a wrong absorber is O(1)."""
+
+
+class NotAbsorbable(ValueError):
+    """The model's layout cannot take the input scale exactly (not a Llama-style block)."""
 
 
 @torch.no_grad()
@@ -39,7 +46,7 @@ def scale_output_channels(module: torch.nn.Module, factor: torch.Tensor) -> None
     elif type(module).__name__.endswith("RMSNorm"):
         module.weight.mul_(factor.to(module.weight.dtype))
     else:
-        raise TypeError(f"{type(module).__name__} cannot absorb an output-channel scale")
+        raise NotAbsorbable(f"{type(module).__name__} cannot absorb an output-channel scale")
     if getattr(module, "bias", None) is not None:
         module.bias.mul_(factor.to(module.bias.dtype))
     if isinstance(module, _CodebookLinear) and module.dense is not None:
@@ -56,38 +63,57 @@ def normalize_group_inputs(block: torch.nn.Module, group: list[str], hessians: d
     first = next((key for key, readers in READERS.items() if set(group) & set(readers)), None)
     if not power or first is None:
         return hessians
+    if strays := set(group) - set(READERS[first]):
+        raise NotAbsorbable(f"{sorted(strays)} share an input with {first} in no Llama block")
+    if len({id(hessians[name]) for name in group}) != 1:
+        raise NotAbsorbable(f"{group} read one input but came with different Hessians")
+    modules = {name: _submodule(block, name) for name in (ABSORBERS[first], *READERS[first])}
     H = hessians[group[0]]  # the group reads one tensor: one Hessian
     d = channel_scales(H, power)
-    scale_output_channels(block.get_submodule(ABSORBERS[first]), 1.0 / d)
+    scale_output_channels(modules[ABSORBERS[first]], 1.0 / d)
     for name in READERS[first]:
-        if name not in group and not isinstance(block.get_submodule(name), torch.nn.Linear):
-            raise TypeError(f"{name} reads the input of {group} but is neither in the group nor dense")
-        weight = block.get_submodule(name).weight
+        if name not in group and not isinstance(modules[name], torch.nn.Linear):
+            raise NotAbsorbable(f"{name} reads the input of {group} but is neither in the group nor dense")
+        weight = modules[name].weight
         weight.mul_(d[None, :].to(weight.dtype))
     scaled = H / d[:, None] / d[None, :]
     return dict.fromkeys(group, scaled)
 
 
+def _submodule(block: torch.nn.Module, name: str) -> torch.nn.Module:
+    try:
+        return block.get_submodule(name)
+    except AttributeError:
+        raise NotAbsorbable(f"the decoder block has no {name}: not a Llama-style block") from None
+
+
+def check_unchanged(before: torch.Tensor, after: torch.Tensor, what: str) -> None:
+    """Raise NotAbsorbable when a rescale changed `what` (an output computed before and after it)."""
+    change = float((after - before).float().norm() / before.float().norm().clamp_min(1e-30))
+    if not change <= EXACT_TOLERANCE:
+        raise NotAbsorbable(f"{what} changed by {change:.2g} (relative) when its input channels were "
+                            "rescaled: this architecture's norms or layers do not absorb the scale exactly")
+
+
 @torch.no_grad()
-def normalize_all_inputs(model: torch.nn.Module, hessians: dict[str, torch.Tensor],
-                         power: float) -> dict[str, torch.Tensor]:
+def normalize_all_inputs(model: torch.nn.Module, hessians: dict[str, torch.Tensor], power: float,
+                         probe: torch.Tensor) -> dict[str, torch.Tensor]:
     """`normalize_group_inputs` for the all-at-once loop: every group of the still unquantized
-    decoder blocks (`model.model.layers`), from the calibration Hessians (layers reading one tensor
-    share one Hessian object, which is how the groups are found)."""
+    decoder blocks (`model.model.layers`), from the calibration Hessians of the targets (`hessians`,
+    by full name). The model's logits on `probe` (input ids) must not change."""
     blocks = getattr(getattr(model, "model", None), "layers", None)
     if not power or not isinstance(blocks, torch.nn.ModuleList):
         return hessians
     prefix = next(n for n, m in model.named_modules() if m is blocks)
+    before = model(input_ids=probe).logits
     out = dict(hessians)
-    groups: dict[int, list[str]] = {}
-    for name, H in hessians.items():
-        groups.setdefault(id(H), []).append(name)
-    for names in groups.values():
-        index, _, first = names[0].removeprefix(f"{prefix}.").partition(".")
-        if not names[0].startswith(f"{prefix}.") or not index.isdigit():
-            continue  # not in a decoder block (lm_head): no absorber
-        group = [name.removeprefix(f"{prefix}.{index}.") for name in names]
-        scaled = normalize_group_inputs(blocks[int(index)], group, {n: hessians[f"{prefix}.{index}.{n}"]
-                                                                    for n in group}, power)
-        out |= {f"{prefix}.{index}.{n}": H for n, H in scaled.items()}
+    for index, block in enumerate(blocks):
+        for readers in READERS.values():
+            group = [name for name in readers if f"{prefix}.{index}.{name}" in hessians]
+            if not group:
+                continue
+            own = {n: hessians[f"{prefix}.{index}.{n}"] for n in group}
+            scaled = normalize_group_inputs(block, group, own, power)
+            out |= {f"{prefix}.{index}.{n}": H for n, H in scaled.items()}
+    check_unchanged(before, model(input_ids=probe).logits, "the model's logits")
     return out

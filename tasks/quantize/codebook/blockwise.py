@@ -26,7 +26,7 @@ import torch
 
 from quantgate.kernels.hessian import HessianCollector
 from quantgate.tasks.model.codebook_format import codebook_layer
-from quantgate.tasks.quantize.codebook.absorb import normalize_group_inputs
+from quantgate.tasks.quantize.codebook.absorb import check_unchanged, normalize_group_inputs
 from quantgate.tasks.quantize.codebook.block_tuning import (
     BlockSequence,
     BlockTuning,
@@ -134,7 +134,7 @@ def quantize_blockwise(
         for group in _groups(block, own, seqs[0]) if own else []:
             started = time.monotonic()
             hessians = _group_hessians(block, {n: own[n] for n in group}, seqs, tuning.sequential)
-            hessians = normalize_group_inputs(block, group, hessians, fns.input_power)
+            hessians = _normalized(block, group, hessians, fns.input_power, seqs[0])
             size = sum(own[n].weight.numel() for n in group)
             now = time.monotonic()
             clock.fixed_seconds += now - started
@@ -161,6 +161,19 @@ def quantize_blockwise(
         clock.fixed_seconds += time.monotonic() - started
     return CodebookResult(progress.layers, fns.quantization_config,
                           summarize_layers(progress.notes, progress.cut))
+
+
+@torch.no_grad()
+def _normalized(block: torch.nn.Module, group: list[str], hessians: dict[str, torch.Tensor], power: float,
+                seq: BlockSequence) -> dict[str, torch.Tensor]:
+    """`normalize_group_inputs`, held to leaving the block's output on one sequence as it was."""
+    if not power:
+        return hessians
+    before = run_block(block, seq.original, seq.kwargs)
+    hessians = normalize_group_inputs(block, group, hessians, power)
+    after = run_block(block, seq.original, seq.kwargs)
+    check_unchanged(before, after, f"the decoder block's output ({group})")
+    return hessians
 
 
 @dataclass

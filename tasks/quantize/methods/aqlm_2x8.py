@@ -55,7 +55,7 @@ def layer_functions(spec: Aqlm2x8) -> LayerFunctions:
         res = aqlm_quantize(W, Hd, num_codebooks=NUM_CODEBOOKS, nbits=NBITS, group=GROUP,
                             beam_size=spec.beam_size, max_rounds=spec.max_rounds,
                             adam_steps=spec.adam_steps, deadline=layer_deadline, seed=spec.seed,
-                            min_rounds=min(spec.min_rounds, spec.max_rounds))
+                            min_rounds=spec.min_rounds)
         return _outcome(W, Hd, res.q, {"rounds": float(res.rounds),
                                        "stopped_by_deadline": float(res.stopped_by == "deadline")},
                         energy=res.w_energy)
