@@ -18,13 +18,12 @@ import torch
 
 from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear, _CodebookLinear
 from quantgate.kernels.hessian import channel_scales
+from quantgate.tasks.quantize.codebook.block_tuning import find_decoder_blocks
 
-ABSORBERS = {"self_attn.q_proj": "input_layernorm", "mlp.gate_proj": "post_attention_layernorm",
-             "mlp.down_proj": "mlp.up_proj"}
-"""First layer of a group (Llama naming) -> the module whose output channels are the group's inputs."""
-READERS = {"self_attn.q_proj": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-           "mlp.gate_proj": ("mlp.gate_proj", "mlp.up_proj"), "mlp.down_proj": ("mlp.down_proj",)}
-"""Every Linear that reads the absorber's output: a reader kept out of the group (`ignore`) takes D too."""
+READERS = {"input_layernorm": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+           "post_attention_layernorm": ("mlp.gate_proj", "mlp.up_proj"), "mlp.up_proj": ("mlp.down_proj",)}
+"""Absorber (Llama naming: the module whose output channels are a group's input) -> every Linear that
+reads that output; a reader kept out of the group (`ignore`) takes D too."""
 EXACT_TOLERANCE = 1e-2
 """Relative change of an output past which a rescale counts as not exact: fp rounding (QuIP#'s fp16
 S_V) stays near 1e-3; a norm that is not y = w ⊙ x̂ (Gemma's (1 + w)) or a wrong absorber is O(1)."""
@@ -60,18 +59,19 @@ def normalize_group_inputs(block: torch.nn.Module, group: list[str], hessians: d
     the Hessians of the rescaled inputs. Unchanged when power is 0 or the group has no absorber. A
     dense reader of the same input kept out of the group (`ignore`) is rescaled with it, so the block
     computes what it did."""
-    first = next((key for key, readers in READERS.items() if set(group) & set(readers)), None)
-    if not power or first is None:
+    absorber = next((key for key, readers in READERS.items() if set(group) & set(readers)), None)
+    if not power or absorber is None:
         return hessians
-    if strays := set(group) - set(READERS[first]):
-        raise NotAbsorbable(f"{sorted(strays)} share an input with {first} in no Llama block")
+    if strays := set(group) - set(READERS[absorber]):
+        raise NotAbsorbable(f"{sorted(strays)} and the readers of {absorber} share an input in no "
+                            "Llama block")
     if len({id(hessians[name]) for name in group}) != 1:
         raise NotAbsorbable(f"{group} read one input but came with different Hessians")
-    modules = {name: _submodule(block, name) for name in (ABSORBERS[first], *READERS[first])}
+    modules = {name: _submodule(block, name) for name in (absorber, *READERS[absorber])}
     H = hessians[group[0]]  # the group reads one tensor: one Hessian
     d = channel_scales(H, power)
-    scale_output_channels(modules[ABSORBERS[first]], 1.0 / d)
-    for name in READERS[first]:
+    scale_output_channels(modules[absorber], 1.0 / d)
+    for name in READERS[absorber]:
         if name not in group and not isinstance(modules[name], torch.nn.Linear):
             raise NotAbsorbable(f"{name} reads the input of {group} but is neither in the group nor dense")
         weight = modules[name].weight
@@ -101,10 +101,10 @@ def normalize_all_inputs(model: torch.nn.Module, hessians: dict[str, torch.Tenso
     """`normalize_group_inputs` for the all-at-once loop: every group of the still unquantized
     decoder blocks (`model.model.layers`), from the calibration Hessians of the targets (`hessians`,
     by full name). The model's logits on `probe` (input ids) must not change."""
-    blocks = getattr(getattr(model, "model", None), "layers", None)
-    if not power or not isinstance(blocks, torch.nn.ModuleList):
+    found = find_decoder_blocks(model)
+    if not power or found is None:
         return hessians
-    prefix = next(n for n, m in model.named_modules() if m is blocks)
+    prefix, blocks = found
     before = model(input_ids=probe).logits
     out = dict(hessians)
     for index, block in enumerate(blocks):

@@ -25,6 +25,14 @@ class BlockTuning:
     quantize_share: float  # of a group's time, for its layers' own search (the rest tunes)
 
 
+def find_decoder_blocks(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList] | None:
+    """The decoder blocks (`model.model.layers`, Llama layout) and their module name; None without."""
+    blocks = getattr(getattr(model, "model", None), "layers", None)
+    if not isinstance(blocks, torch.nn.ModuleList):
+        return None
+    return next(n for n, m in model.named_modules() if m is blocks), blocks
+
+
 @dataclass
 class BlockSequence:  # one calibration sequence at a block boundary
     quantized: torch.Tensor  # [1, T, d] hidden state through the quantized blocks so far

@@ -30,6 +30,7 @@ from quantgate.tasks.quantize.codebook.absorb import check_unchanged, normalize_
 from quantgate.tasks.quantize.codebook.block_tuning import (
     BlockSequence,
     BlockTuning,
+    find_decoder_blocks,
     run_block,
     tune_block,
 )
@@ -48,12 +49,12 @@ class _Progress:
     cut: list[str] = field(default_factory=list)
 
 
-def decoder_blocks(model: torch.nn.Module) -> torch.nn.ModuleList:
-    blocks = getattr(getattr(model, "model", None), "layers", None)
-    if not isinstance(blocks, torch.nn.ModuleList):
+def decoder_blocks(model: torch.nn.Module) -> tuple[str, torch.nn.ModuleList]:
+    found = find_decoder_blocks(model)
+    if found is None:
         raise ValueError(f"{type(model).__name__}: no model.layers list of decoder blocks; block-wise "
                          "quantization needs one (set block_epochs: 0 and sequential: false)")
-    return blocks
+    return found
 
 
 class _Stop(Exception):
@@ -70,7 +71,8 @@ def capture_block_inputs(model: torch.nn.Module, batches: Sequence[torch.Tensor]
         captured.append(BlockSequence(hidden, hidden, dict(kwargs)))
         raise _Stop
 
-    handle = decoder_blocks(model)[0].register_forward_pre_hook(hook, with_kwargs=True)
+    _, blocks = decoder_blocks(model)
+    handle = blocks[0].register_forward_pre_hook(hook, with_kwargs=True)
     try:
         for ids in batches:
             try:
@@ -118,8 +120,7 @@ def quantize_blockwise(
     (past it, layers get `cheap` and no tuning, and are listed as cut)."""
     seqs = capture_block_inputs(model, batches)
     progress = _Progress()
-    blocks = decoder_blocks(model)
-    prefix = next(n for n, m in model.named_modules() if m is blocks)
+    prefix, blocks = decoder_blocks(model)
     clock = _Clock(deadline, sum(m.weight.numel() for m in targets.values()))
     for index, block in enumerate(blocks):
         own = {n.removeprefix(f"{prefix}.{index}."): m for n, m in targets.items()
