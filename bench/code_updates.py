@@ -23,7 +23,7 @@ from quantgate.tasks.model.codebook_format import load_codebook_model
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.model.source import resolve_model
 from quantgate.tasks.quantize.codebook.finetune import finetune_end_to_end
-from quantgate.tasks.quantize.run import _calibration_dataset
+from quantgate.tasks.quantize.run import _calibration_rows
 from quantgate.tasks.traffic.prepare import prepare_traffic
 
 
@@ -42,8 +42,8 @@ def main() -> None:
     conf = load_config(args.config)
     traffic = prepare_traffic(conf.traffic, args.state_dir / "traffic")
     model_path = resolve_model(conf.model.name, args.state_dir / "models").path
-    rows = _calibration_dataset(load_tokenizer(model_path), traffic.calibration_path, args.samples,
-                                conf.calibration.max_seq_len)
+    rows = _calibration_rows(load_tokenizer(model_path), traffic.calibration_path, args.samples,
+                             conf.calibration.max_seq_len)
     batches = [torch.tensor([row["input_ids"]]) for row in rows]
     teacher = load_causal_lm(model_path)
     for setting in args.settings:

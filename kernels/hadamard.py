@@ -151,12 +151,29 @@ def _work_dtype(x: torch.Tensor) -> torch.dtype:
     return x.dtype if x.dtype in (torch.float32, torch.float64) else torch.float32
 
 
-def fwht(x: torch.Tensor) -> torch.Tensor:
+# Up to this order the Sylvester matrix is applied as one matmul on CUDA (H_4096 is 64 MiB in fp32):
+# on a GPU the log2(n) butterfly stages are ~3 kernel launches each, and at decode sizes the launches,
+# not the arithmetic, are the cost. 0 turns the dense path off (bench/gpu_layers.py times both).
+DENSE_FWHT_MAX = 4096
+
+
+@lru_cache(maxsize=16)
+def _sylvester_scaled(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    return (_hadamard_cached(n) / math.sqrt(n)).to(device, dtype)  # symmetric: x @ H == (H xᵀ)ᵀ
+
+
+def fwht(x: torch.Tensor, *, dense: bool | None = None) -> torch.Tensor:
     """Orthonormal fast Walsh–Hadamard transform along the last dim: x @ H_n / √n with H_n the
-    Sylvester matrix (= hadamard_matrix(n)), in O(n log n) with log2(n) vectorized butterflies."""
+    Sylvester matrix (= hadamard_matrix(n)), in O(n log n) with log2(n) vectorized butterflies, or
+    as one matmul by the cached H_n/√n (`dense`; by default on CUDA up to DENSE_FWHT_MAX)."""
     n = x.shape[-1]
     if not _is_power_of_two(n):
         raise ValueError(f"x.shape[-1]={n}: fwht needs a power-of-two length")
+    if dense is None:
+        dense = x.is_cuda and n <= DENSE_FWHT_MAX
+    if dense:
+        work = _work_dtype(x)
+        return (x.to(work) @ _sylvester_scaled(n, x.device, work)).to(x.dtype)
     y = x.to(_work_dtype(x)).reshape(-1, n)  # [B, n]
     h = 1
     while h < n:

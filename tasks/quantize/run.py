@@ -138,7 +138,7 @@ def quantize_variant(
     check_group_size(model, spec)
     dataset = None
     if method.NEEDS_CALIBRATION:
-        dataset = _calibration_dataset(tokenizer, calibration_path, spec.num_samples, max_seq_len)
+        dataset = _calibration_rows(tokenizer, calibration_path, spec.num_samples, max_seq_len)
     patches = getattr(method, "runtime_patches", contextlib.nullcontext)
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -176,7 +176,7 @@ def quantize_variant(
     return QuantizeResult(str(out), seconds, False, cpu_seconds)
 
 
-def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, dataset: Any, out: Path,
+def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, dataset: list[dict], out: Path,
                 start: float) -> dict[str, Any]:
     """The method's layer loop (block-wise by default) under its budget, save, end-to-end tuning."""
     device = quantize_device(spec)
@@ -236,22 +236,24 @@ def quantize_device(spec: VariantSpec) -> torch.device:
     return torch.device("cpu")
 
 
-def _calibration_dataset(tokenizer: Any, path: str, n: int, max_len: int) -> Any:
-    from datasets import Dataset
-
+def _calibration_rows(tokenizer: Any, path: str, n: int, max_len: int) -> list[dict[str, list[int]]]:
+    """Token rows of the first `n` calibration requests: plain lists, so our own methods need no
+    `datasets` (the GPU image lacks it); `_oneshot` wraps them for llm-compressor."""
     requests = read_requests(Path(path))[:n]
     rows = []
     for r in requests:
         ids = encode_request(tokenizer, r).input_ids[:max_len]
         rows.append({"input_ids": ids, "attention_mask": [1] * len(ids)})
-    return Dataset.from_list(rows)
+    return rows
 
 
-def _oneshot(model: Any, recipe: list[Any], dataset: Any, max_seq_len: int) -> None:
+def _oneshot(model: Any, recipe: list[Any], rows: list[dict] | None, max_seq_len: int) -> None:
+    from datasets import Dataset
     from llmcompressor import oneshot
 
     kwargs: dict[str, Any] = {"model": model, "recipe": recipe}
-    if dataset is not None:
+    if rows is not None:
+        dataset = Dataset.from_list(rows)
         # Our sampler already drew a seeded, stratified sample; llm-compressor's own unseeded
         # shuffle would make observers and GPTQ's error feedback differ run to run.
         kwargs |= {"dataset": dataset, "max_seq_length": max_seq_len,

@@ -92,12 +92,22 @@ def test_rht_rejects_bad_layouts():
 
 @pytest.mark.parametrize("n", [1, 2, 8, 64, 256])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_fwht_matches_dense_sylvester_matrix(n, dtype):
-    x = torch.randn(5, n, dtype=dtype, generator=torch.Generator().manual_seed(n))
+@pytest.mark.parametrize("dense", [False, True], ids=["butterflies", "one-matmul"])
+def test_fwht_matches_dense_sylvester_matrix(n, dtype, dense):
+    """Both paths (the matmul by the cached H/√n is CUDA's default) against the matrix itself."""
+    x = torch.randn(2, 5, n, dtype=dtype, generator=torch.Generator().manual_seed(n))
     expected = x @ hadamard_matrix(n).to(dtype) / math.sqrt(n)
     tol = 1e-12 if dtype == torch.float64 else 1e-5
-    torch.testing.assert_close(fwht(x), expected, atol=tol, rtol=0)
-    torch.testing.assert_close(fwht(fwht(x)), x, atol=tol, rtol=0)  # H/√n is symmetric orthogonal
+    torch.testing.assert_close(fwht(x, dense=dense), expected, atol=tol, rtol=0)
+    twice = fwht(fwht(x, dense=dense), dense=dense)  # H/√n is symmetric orthogonal
+    torch.testing.assert_close(twice, x, atol=tol, rtol=0)
+
+
+def test_fwht_paths_agree_in_bfloat16_and_keep_the_dtype():
+    x = torch.randn(3, 512, generator=torch.Generator().manual_seed(1)).bfloat16()
+    dense, butterflies = fwht(x, dense=True), fwht(x, dense=False)
+    assert dense.dtype == butterflies.dtype == torch.bfloat16
+    torch.testing.assert_close(dense.float(), butterflies.float(), atol=0.02, rtol=0.02)
 
 
 def test_fwht_bfloat16():
