@@ -16,7 +16,8 @@ start=$SECONDS
 ) &
 ticker=$!
 tail -n +1 -f --pid="$pid" "$log" |
-  grep --line-buffered -E '^(Collecting|Building wheel for|Installing collected|Successfully installed)' | cut -c1-160
+  grep --line-buffered -E '^(Collecting|Installing collected|Successfully installed| *Building wheel for)' |
+  sed -u -E 's/^(.{157}).+/\1.../'  # unbuffered, whole lines: the heartbeat must not land mid-line
 wait "$pid"
 rc=$?
 kill "$ticker" 2>/dev/null
