@@ -87,6 +87,10 @@ def main() -> None:
     ap.add_argument("--state-dir", type=Path, default=Path(".quantgate"))
     ap.add_argument("--out", type=Path, default=Path("gpu_twobit"))
     args = ap.parse_args()
+    if bool(args.calibration) != bool(args.heldout):
+        ap.error("--calibration and --heldout go together (or neither: the config's traffic is prepared)")
+    if args.smoke and args.model:
+        ap.error("--smoke builds its own tiny model: drop --model")
     if args.device == "cuda" and not torch.cuda.is_available():
         sys.exit("no CUDA device: run with --device cpu for the dry run")
     t0 = time.perf_counter()
@@ -141,7 +145,10 @@ def main() -> None:
         out=args.out / "decode_bench.json") or "decode_bench.json", t0)
     result["total_s"] = round(time.perf_counter() - t0, 1)
     (args.out / "gpu_twobit.json").write_text(json.dumps(result, indent=1))
-    print(f"[{result['total_s']:6.0f}s] done: {args.out / 'gpu_twobit.json'}", flush=True)
+    failed = [key for key, value in result.items() if isinstance(value, dict) and "error" in value]
+    print(f"[{result['total_s']:6.0f}s] done: {args.out / 'gpu_twobit.json'}"
+          + (f"; FAILED: {', '.join(failed)}" if failed else ""), flush=True)
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

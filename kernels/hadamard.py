@@ -158,8 +158,21 @@ DENSE_FWHT_MAX = 4096
 
 
 @lru_cache(maxsize=16)
-def _sylvester_scaled(n: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    return (_hadamard_cached(n) / math.sqrt(n)).to(device, dtype)  # symmetric: x @ H == (H xᵀ)ᵀ
+def sylvester_scaled(n: int, device: torch.device | str = "cpu",
+                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """H_n/√n for a power of two n (the matrix `fwht` applies; symmetric), built by Sylvester
+    doubling in `dtype` on `device`: ±1 is exact in any dtype, and no float64 copy is kept. Cached,
+    so treat it as read-only; built outside inference mode, or a cache filled under
+    `torch.inference_mode()` (serving) would break every later backward (end-to-end tuning)."""
+    with torch.inference_mode(False):
+        h = torch.ones(1, 1, dtype=dtype, device=device)
+        while h.shape[0] < n:
+            h = torch.cat((torch.cat((h, h), 1), torch.cat((h, -h), 1)), 0)
+        return h * (1.0 / math.sqrt(n))
+
+
+def _use_dense(n: int, on_cuda: bool) -> bool:
+    return on_cuda and n <= DENSE_FWHT_MAX
 
 
 def fwht(x: torch.Tensor, *, dense: bool | None = None) -> torch.Tensor:
@@ -170,10 +183,10 @@ def fwht(x: torch.Tensor, *, dense: bool | None = None) -> torch.Tensor:
     if not _is_power_of_two(n):
         raise ValueError(f"x.shape[-1]={n}: fwht needs a power-of-two length")
     if dense is None:
-        dense = x.is_cuda and n <= DENSE_FWHT_MAX
-    if dense:
+        dense = _use_dense(n, x.is_cuda)
+    if dense:  # float32 here is IEEE unless someone enables TF32 matmuls globally (we do not)
         work = _work_dtype(x)
-        return (x.to(work) @ _sylvester_scaled(n, x.device, work)).to(x.dtype)
+        return (x.to(work) @ sylvester_scaled(n, x.device, work)).to(x.dtype)
     y = x.to(_work_dtype(x)).reshape(-1, n)  # [B, n]
     h = 1
     while h < n:

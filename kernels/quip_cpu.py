@@ -16,12 +16,10 @@ instead of log2(p) butterfly passes: fewer ops, which is what costs at batch 1.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from quantgate.kernels.codebook_linear import QuipLinear
-from quantgate.kernels.hadamard import hadamard_matrix
+from quantgate.kernels.hadamard import sylvester_scaled
 from quantgate.kernels.int4_cpu import GROUPS, int4_mm, pack_int4
 from quantgate.kernels.quip_ops import e8p_decode_weight
 
@@ -37,7 +35,7 @@ def e8p_int4_codes(qidxs: torch.Tensor, codebook: torch.Tensor) -> torch.Tensor:
 
 
 def _hadamard(p: int) -> torch.Tensor:
-    return (hadamard_matrix(p) / math.sqrt(p)).float()  # Sylvester for powers of two, as fwht
+    return sylvester_scaled(p).clone()  # a buffer of ours: never the shared cached tensor
 
 
 def _rotate(x: torch.Tensor, f: torch.Tensor, h: torch.Tensor) -> torch.Tensor:

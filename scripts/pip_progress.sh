@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # scripts/pip_progress.sh CMD...: runs CMD (a pip install) with its whole output in a log, showing one
-# line per package it collects or builds, and a line every 30 s while it is otherwise silent: pip -q
-# said nothing for minutes (the judge's llama.cpp compile alone is ~5 min on 2 cores). On failure
-# the log's last 60 lines are shown.
+# line per package it collects or builds and a heartbeat every 30 s, so a long silent step (the
+# judge's llama.cpp compile is ~5 min on 2 cores) still shows progress; pip -q said nothing for
+# minutes. On failure the log's last 60 lines are shown; on success the log is removed.
 set -u
+if [ "$#" -eq 0 ]; then
+  echo "usage: $0 CMD [ARGS...]   (e.g. $0 python -m pip install -e .)" >&2
+  exit 2
+fi
 log=$(mktemp -t pip-XXXXXX.log)
-"$@" >"$log" 2>&1 &
+setsid "$@" >"$log" 2>&1 &  # its own process group: Ctrl-C below takes pip and its compilers down
 pid=$!
 start=$SECONDS
 (
@@ -15,14 +19,21 @@ start=$SECONDS
   done
 ) &
 ticker=$!
+trap 'kill -TERM -- -"$pid" "$ticker" 2>/dev/null; echo "interrupted; pip log: $log"; exit 130' INT TERM HUP
+# The viewer runs in the background too: bash runs a trap only once the foreground command ends,
+# and `wait` is what a signal interrupts.
 tail -n +1 -f --pid="$pid" "$log" |
   grep --line-buffered -E '^(Collecting|Installing collected|Successfully installed| *Building wheel for)' |
-  sed -u -E 's/^(.{157}).+/\1.../'  # unbuffered, whole lines: the heartbeat must not land mid-line
+  sed -u -E 's/^(.{157}).+/\1.../' &  # unbuffered, whole lines: the heartbeat must not land mid-line
+viewer=$!
 wait "$pid"
 rc=$?
+wait "$viewer"  # tail follows until pip has exited: every line is out before the verdict
 kill "$ticker" 2>/dev/null
 if [ "$rc" -ne 0 ]; then
   echo "pip failed (exit $rc); the last lines of $log:"
   tail -n 60 "$log"
+else
+  rm -f "$log"
 fi
 exit "$rc"

@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from quantgate.kernels.hadamard import (
+    DENSE_FWHT_MAX,
+    _use_dense,
     fwht,
     hadamard_matrix,
     random_signs,
@@ -12,6 +14,7 @@ from quantgate.kernels.hadamard import (
     rht_matrix,
     small_factor,
     split_order,
+    sylvester_scaled,
 )
 
 
@@ -101,6 +104,22 @@ def test_fwht_matches_dense_sylvester_matrix(n, dtype, dense):
     torch.testing.assert_close(fwht(x, dense=dense), expected, atol=tol, rtol=0)
     twice = fwht(fwht(x, dense=dense), dense=dense)  # H/√n is symmetric orthogonal
     torch.testing.assert_close(twice, x, atol=tol, rtol=0)
+
+
+def test_dense_path_is_cudas_default_up_to_its_bound():
+    assert _use_dense(DENSE_FWHT_MAX, on_cuda=True) and not _use_dense(2 * DENSE_FWHT_MAX, on_cuda=True)
+    assert not _use_dense(64, on_cuda=False)  # the CPU keeps the O(n log n) butterflies
+
+
+def test_cached_matrix_filled_under_inference_mode_still_allows_backward():
+    """Serving fills the cache under inference_mode; end-to-end tuning later backpropagates through
+    the same transform: the cached matrix must be an ordinary tensor."""
+    sylvester_scaled.cache_clear()
+    with torch.inference_mode():
+        fwht(torch.randn(2, 32), dense=True)
+    x = torch.randn(2, 32, requires_grad=True)
+    fwht(x, dense=True).pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach(), atol=1e-5, rtol=1e-5)  # orthogonal: |Hx|² = |x|²
 
 
 def test_fwht_paths_agree_in_bfloat16_and_keep_the_dtype():
