@@ -11,26 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import torch
+from gpu_kernels import median_ms  # bench/ is on sys.path: this script runs from there
 
 from quantgate.kernels.aqlm_ops import aqlm_decode_matmul_fast, aqlm_decode_weight
 
 SHAPES = ((576, 576), (576, 1536), (1536, 576), (1024, 1024), (2048, 2048), (2048, 5632), (4096, 4096),
           (4096, 11008), (8192, 8192))  # (in, out): SmolLM2's, then Llama-1B/7B-like, one past 4096
-
-
-def _median_call(fn, reps: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -48,10 +36,10 @@ def main() -> None:
         x = torch.randn(1, n, generator=gen)
         torch.testing.assert_close(aqlm_decode_matmul_fast(x, codes, codebooks, scales), x @ weight.T,
                                    rtol=1e-3, atol=1e-3)
-        lut = _median_call(lambda x=x, c=codes, b=codebooks, s=scales: aqlm_decode_matmul_fast(x, c, b, s),
-                           args.reps)
-        dense = _median_call(lambda x=x, w=weight: x @ w.T, args.reps)
-        print(json.dumps({"in": n, "out": m, "lut_us": round(lut * 1e6, 1), "dense_us": round(dense * 1e6, 1),
+        lut = median_ms(lambda x=x, c=codes, b=codebooks, s=scales: aqlm_decode_matmul_fast(x, c, b, s),
+                        args.reps, "cpu")
+        dense = median_ms(lambda x=x, w=weight: x @ w.T, args.reps, "cpu")
+        print(json.dumps({"in": n, "out": m, "lut_us": round(lut * 1e3, 1), "dense_us": round(dense * 1e3, 1),
                           "lut_over_dense": round(lut / dense, 2), "threads": args.threads}), flush=True)
 
 

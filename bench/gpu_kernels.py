@@ -28,7 +28,7 @@ from quantgate.kernels.quip_ops import e8p_decode_matmul, e8p_decode_matmul_refe
 SHAPES = ((576, 576), (576, 1536), (1536, 576), (2048, 2048), (4096, 4096), (4096, 11008), (8192, 8192))
 
 
-def _median_ms(fn: Callable[[], object], reps: int, device: str) -> float:
+def median_ms(fn: Callable[[], object], reps: int, device: str) -> float:
     for _ in range(3):
         fn()
     times = []
@@ -74,8 +74,8 @@ def sweep(device: str, reps: int, shapes=SHAPES, tokens=(1, 32)) -> list[dict[st
                                 partial(aqlm_decode_matmul_reference, x.float(), codes, codebooks, scales))}
             for name, (fast, ref) in kernels.items():
                 w = dense[name]
-                kernel_ms = _median_ms(fast, reps, device)
-                dense_ms = _median_ms(partial(torch.matmul, x, w.T), reps, device)
+                kernel_ms = median_ms(fast, reps, device)
+                dense_ms = median_ms(partial(torch.matmul, x, w.T), reps, device)
                 rows.append({"method": name, "in": n, "out": m, "tokens": t, "impl": impl,
                              "rel_err_vs_reference": _rel(fast(), ref()),
                              "kernel_ms": round(kernel_ms, 4), "dense_ms": round(dense_ms, 4),

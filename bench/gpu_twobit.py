@@ -96,7 +96,7 @@ def main() -> None:
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     conf = load_config(None)
-    if args.calibration and args.heldout:
+    if args.calibration:  # with --heldout: checked above
         calibration, heldout = args.calibration, args.heldout
     else:
         from quantgate.tasks.traffic.prepare import prepare_traffic  # redaction needs phonenumbers

@@ -102,8 +102,12 @@ def _hadamard_cached(n: int) -> torch.Tensor:
         )
     base, doublings = found
     H = torch.ones(1, 1, dtype=torch.float64) if base == 1 else _H2 if base == 2 else _paley(base)
+    return _sylvester_doublings(H, doublings)
+
+
+def _sylvester_doublings(H: torch.Tensor, doublings: int) -> torch.Tensor:
     for _ in range(doublings):
-        H = torch.kron(_H2, H)  # Sylvester: [[H, H], [H, -H]]
+        H = torch.kron(_H2.to(H.device, H.dtype), H)  # Sylvester: [[H, H], [H, -H]], exact in any dtype
     return H
 
 
@@ -165,10 +169,8 @@ def sylvester_scaled(n: int, device: torch.device | str = "cpu",
     so treat it as read-only; built outside inference mode, or a cache filled under
     `torch.inference_mode()` (serving) would break every later backward (end-to-end tuning)."""
     with torch.inference_mode(False):
-        h = torch.ones(1, 1, dtype=dtype, device=device)
-        while h.shape[0] < n:
-            h = torch.cat((torch.cat((h, h), 1), torch.cat((h, -h), 1)), 0)
-        return h * (1.0 / math.sqrt(n))
+        ones = torch.ones(1, 1, dtype=dtype, device=device)
+        return _sylvester_doublings(ones, n.bit_length() - 1) * (1.0 / math.sqrt(n))
 
 
 def _use_dense(n: int, on_cuda: bool) -> bool:

@@ -136,9 +136,9 @@ def quantize_variant(
     model = load_causal_lm(model_path)
     tokenizer = load_tokenizer(model_path)
     check_group_size(model, spec)
-    dataset = None
+    rows = None
     if method.NEEDS_CALIBRATION:
-        dataset = _calibration_rows(tokenizer, calibration_path, spec.num_samples, max_seq_len)
+        rows = _calibration_rows(tokenizer, calibration_path, spec.num_samples, max_seq_len)
     patches = getattr(method, "runtime_patches", contextlib.nullcontext)
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -146,13 +146,13 @@ def quantize_variant(
     notes: dict[str, Any] = {}
     try:
         if hasattr(method, "layer_functions"):
-            notes = _own_method(method, spec, model, tokenizer, dataset, tmp, start)
+            notes = _own_method(method, spec, model, tokenizer, rows, tmp, start)
         elif hasattr(method, "convert"):
             method.convert(spec, model).save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
         else:
             with patches():
-                _oneshot(model, method.build_recipe(spec), dataset, max_seq_len)
+                _oneshot(model, method.build_recipe(spec), rows, max_seq_len)
             model.save_pretrained(tmp, save_compressed=True)
             tokenizer.save_pretrained(tmp)
     except torch.OutOfMemoryError as exc:
@@ -167,7 +167,7 @@ def quantize_variant(
     record = {"spec": spec.model_dump(mode="json"), "seconds": seconds, "cpu_seconds": cpu_seconds,
               "main_thread_cpu_share": (time.thread_time() - main_thread) / max(seconds, 1e-9),
               "model": model_path,
-              "calibration": calibration_path, "samples": len(dataset or []), "notes": notes,
+              "calibration": calibration_path, "samples": len(rows or []), "notes": notes,
               "computed_with": computed_with(threads)}
     (tmp / VARIANT_RECORD).write_text(json.dumps(record, indent=1))
     (tmp / "DONE").touch()
@@ -176,12 +176,12 @@ def quantize_variant(
     return QuantizeResult(str(out), seconds, False, cpu_seconds)
 
 
-def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, dataset: list[dict], out: Path,
+def _own_method(method: Any, spec: VariantSpec, model: Any, tokenizer: Any, rows: list[dict], out: Path,
                 start: float) -> dict[str, Any]:
     """The method's layer loop (block-wise by default) under its budget, save, end-to-end tuning."""
     device = quantize_device(spec)
     model.to(device)
-    batches = [torch.tensor([row["input_ids"]], device=device) for row in dataset]  # [1, T] each
+    batches = [torch.tensor([row["input_ids"]], device=device) for row in rows]  # [1, T] each
     # Written before the layer loop changes `model`, inside the budget (~1 s a sequence on 2 cores).
     own_text = []
     if spec.finetune_synthetic and spec.finetune_epochs:
