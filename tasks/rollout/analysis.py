@@ -8,9 +8,10 @@ inconclusive; an exception while measuring is an error).
   above `max_error_rate` on at least `min_error_samples` answers; successful when it is at most
   `max_error_rate`.
 - latency, tpot: the window's service times (the replica's, queueing excluded), canary against the
-  champion (routed, mirrored and shadowed requests), by a one-sided Mann-Whitney test of the canary's times
-  divided by the tolerance against the champion's: Kayenta's rank test, not a bare p95 ratio. The
-  looks are fixed in advance (one per step), so each uses α / len(steps) (Bonferroni).
+  champion (routed, mirrored and shadowed requests; when the window has too few, the nearest earlier
+  windows': this process's before those of a rollout it resumed), by a one-sided Mann-Whitney test
+  of the canary's times divided by the tolerance against the champion's: Kayenta's rank test, not a
+  bare p95 ratio. The looks are fixed in advance (one per step), so each uses α / len(steps) (Bonferroni).
 - energy: estimated J/token per request (the replica's CPU seconds × the hardware profile's watts
   per busy core ÷ its tokens; an estimate, as the bench's CPU meter), the same rank test against
   `energy_tolerance`. Not measured where the profile states no CPU power (GPU profiles: NVML per
@@ -23,6 +24,7 @@ inconclusive; an exception while measuring is an error).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -93,15 +95,20 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
-def rank_test(metric: str, key: str, window: list[dict[str, Any]], earlier: list[dict[str, Any]],
+def rank_test(metric: str, key: str, window: list[dict[str, Any]], fallbacks: Sequence[list[dict[str, Any]]],
               tolerance: float, alpha_look: float, min_samples: int, show: Any = _ms) -> Measurement:
-    """Canary's `key` against the champion's in the window (earlier windows' champion times when the
-    window has too few: at 100 % only mirrored requests reach the champion)."""
+    """Canary's `key` against the champion's in the window; when the window has too few champion
+    samples (at 100 % only shadowed and mirrored requests reach the champion), against the first of
+    `fallbacks` (earlier records, nearest first) that has enough. Nearest first because service times
+    depend on the load the replicas ran under: a rollout resumed with other pacing must not judge
+    its canary against champion times measured before the restart when newer ones exist."""
     def times(recs: list[dict[str, Any]], arm: str) -> list[float]:
         return [r[key] for r in recs if r["arm"] == arm and r["status"] == 200 and r.get(key) is not None]
 
     canary, champion = times(window, "canary"), times(window, "champion")
-    if len(champion) < min_samples:
+    for earlier in fallbacks:
+        if len(champion) >= min_samples:
+            break
         champion = times(earlier + window, "champion")
     value: dict[str, Any] = {"canary_n": len(canary), "champion_n": len(champion)}
     if len(canary) < min_samples or len(champion) < min_samples:

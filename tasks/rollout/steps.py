@@ -90,6 +90,7 @@ def run_step(config: PipelineConfig, ctx: RolloutContext, k: int, base_url: str,
     windows: list[list[Measurement]] = []
     client = MlflowClient(tracking_uri=ctx.tracking_uri)
     api_key = os.environ.get(conf.serving.api_key_env or "") or None
+    began = _log(ctx).last("started", "restarted")  # this process's part of the rollout began here
     while True:
         if registry.alias_version(client, ctx.registered_model, registry.CANARY) != ctx.canary_version:
             record(ctx, "decision", step=k, outcome="failed", reason="the `canary` alias was removed "
@@ -97,7 +98,8 @@ def run_step(config: PipelineConfig, ctx: RolloutContext, k: int, base_url: str,
             return "failed"
         w = run_window(base_url=base_url, model_name=ctx.served_names[0], prompts=prompts, weight=weight,
                        step_index=k, conf=conf, log_dir=ctx.log_dir, judge=judge, api_key=api_key,
-                       watts_per_busy_core=hardware_profile(config.bench.hardware).watts_per_busy_core)
+                       watts_per_busy_core=hardware_profile(config.bench.hardware).watts_per_busy_core,
+                       resumed_at=began["t"] if began else 0.0)
         windows.append(w.measurements)
         # Ray Serve's own per-deployment counters and latency histogram, cumulative, beside the
         # window's per-request samples (the operator's view; the analysis reads the samples).

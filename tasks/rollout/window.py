@@ -83,7 +83,10 @@ def _joules(j: float) -> str:
 
 def run_window(*, base_url: str, model_name: str, prompts: list[list[dict[str, str]]], weight: float,
                step_index: int, conf: RolloutConf, log_dir: str, judge: PairJudge | None,
-               api_key: str | None = None, watts_per_busy_core: float | None = None) -> WindowResult:
+               api_key: str | None = None, watts_per_busy_core: float | None = None,
+               resumed_at: float = 0.0) -> WindowResult:
+    """One analysis window at `weight`. `resumed_at`: when this process started or resumed the
+    rollout; earlier records were served under the settings of the run it resumed."""
     folder, a = Path(log_dir), conf.analysis
     started = time.time()
     sent = ReplayResult()
@@ -107,19 +110,20 @@ def run_window(*, base_url: str, model_name: str, prompts: list[list[dict[str, s
     records = read_jsonl(folder / "requests.jsonl")
     window = [r for r in records if r["t"] >= started]
     earlier = [r for r in records if r["t"] < started]
+    nearest = ([r for r in earlier if r["t"] >= resumed_at], earlier)  # the rank tests' fallbacks
     alpha_look = a.alpha / len(conf.steps)
     measurements = [
         analysis.error_rate(records, a),
-        analysis.rank_test("latency", "total_s", window, earlier, a.latency_tolerance, alpha_look,
+        analysis.rank_test("latency", "total_s", window, nearest, a.latency_tolerance, alpha_look,
                            a.min_latency_samples),
-        analysis.rank_test("tpot", "tpot_s", window, earlier, a.tpot_tolerance, alpha_look,
+        analysis.rank_test("tpot", "tpot_s", window, nearest, a.tpot_tolerance, alpha_look,
                            a.min_latency_samples),
     ]
     if watts_per_busy_core:
         for r in records:  # estimated: CPU seconds x the profile's stated power, per generated token
             if r.get("cpu_s") is not None and r.get("completion_tokens"):
                 r["j_per_token"] = r["cpu_s"] * watts_per_busy_core / r["completion_tokens"]
-        measurements.append(analysis.rank_test("energy", "j_per_token", window, earlier, a.energy_tolerance,
+        measurements.append(analysis.rank_test("energy", "j_per_token", window, nearest, a.energy_tolerance,
                                                alpha_look, a.min_latency_samples, show=_joules))
     if judge is not None:
         try:

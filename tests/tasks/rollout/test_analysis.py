@@ -75,7 +75,23 @@ def test_rank_test_tolerates_noise_and_fails_real_slowness():
     few = rank_test("latency", "total_s", champ + slow[:2], [], 1.25, 0.0125, 4)
     assert few.phase == "inconclusive"
     # at 100 % only mirrored requests reach the champion: earlier windows' champion times are used
-    assert rank_test("latency", "total_s", slow, champ, 1.25, 0.0125, 4).phase == "failed"
+    assert rank_test("latency", "total_s", slow, [champ], 1.25, 0.0125, 4).phase == "failed"
+
+
+def test_rank_test_at_100_percent_uses_the_nearest_champion_times():
+    """A rollout resumed under other load: before the restart the replicas served 4 paced requests a
+    second (fast), since then unpaced ones (slower for both arms). The canary, as fast as the
+    champion under today's load, must not fail against the champion's times from before."""
+    before = [rec("champion", total=0.10 + 0.005 * (i % 7)) for i in range(120)]
+    since = [rec("champion", total=0.30 + 0.02 * (i % 5)) for i in range(12)]
+    canary = [rec("canary", total=0.31 + 0.02 * (i % 5), weight=1.0) for i in range(6)]
+    nearest = rank_test("latency", "total_s", canary, [since, before + since], 1.25, 0.0167, 4)
+    assert nearest.phase == "successful" and nearest.value["champion_n"] == 12
+    pooled = rank_test("latency", "total_s", canary, [before + since], 1.25, 0.0167, 4)
+    assert pooled.phase == "failed"  # what pooling everything earlier did: a false rollback
+    # too few champion times since the restart: the older ones are the best there is
+    m = rank_test("latency", "total_s", canary, [since[:2], before + since[:2]], 1.25, 0.0167, 4)
+    assert m.phase == "failed" and m.value["champion_n"] == 122
 
 
 def test_judge_fails_garbage_and_passes_ties():
