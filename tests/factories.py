@@ -156,6 +156,12 @@ def perturbed_copy(model_dir: str, out: Path, scale: float, seed: int = 0) -> Pa
     return out
 
 
+# Service-time tolerances for tests whose canary is the champion's copy: at 5 samples a side the
+# p95 ratio of identical models swings to 1.65 on a quiet 2-core machine, and a loaded CI one goes
+# further; injected latency reads 15x, so 2x still fails it at once.
+ROOMY = {"latency_tolerance": 2.0, "tpot_tolerance": 2.0, "energy_tolerance": 2.0}
+
+
 def rollout_state(tmp: Path, baseline: str, variants: dict[str, tuple[str, str]], *,
                   rollout: dict[str, Any] | None = None, port: int | None = None) -> Path:
     """A state dir as a finished `quantgate run` leaves it for the canary, built without running the
@@ -200,8 +206,8 @@ def rollout_state(tmp: Path, baseline: str, variants: dict[str, tuple[str, str]]
             "variants": [{"name": "x", "method": "int4_rtn"}],
             "judge": {"enabled": False},
             "rollout": {"steps": [25, 50, 100], "window_canary_requests": 4, "window_max_requests": 48,
-                        "pause_timeout_s": 20,
-                        "replay_max_tokens": 6, "analysis": {"min_error_samples": 8, "judge_min_pairs": 3},
+                        "pause_timeout_s": 20, "replay_max_tokens": 6,
+                        "analysis": {"min_error_samples": 8, "judge_min_pairs": 3, **ROOMY},
                         "serving": {"port": port or free_port(), "replica_cpus": 0.25}, **(rollout or {})},
             "runtime": {"state_dir": str(state), "prefect_port": free_port(), "experiment": "tiny"}}
     path = tmp / "rollout.yaml"
