@@ -221,6 +221,11 @@ class Aqlm2x8(_TwoBit):
         default=0.5, description="the inputs of q/k/v, gate/up and down_proj rescaled by "
         "(H_jj / mean H_jj)^(p/2) before quantizing, the inverse folded into the norm or up_proj's row "
         "scales (the format has no input scale); evens out massive-activation channels. 0: off")
+    incoherence: bool = Field(
+        default=False, description="quantize W̃ = T_m W T_nᵀ against T_n H T_nᵀ (QuIP#'s randomized "
+        "Hadamard transforms) instead of W: the layers' errors come out incoherent; the sign vectors "
+        "are stored beside the codes and decode applies the transforms (a checkpoint the `aqlm` "
+        "package cannot run)")
 
 
 class BaselineBf16(_Variant):

@@ -19,6 +19,19 @@ from quantgate.kernels.quip_ops import e8p_decode_matmul, e8p_decode_weight
 from quantgate.kernels.reencode import aqlm_reencode, e8p_reencode
 
 
+def _to_code_basis(w: torch.Tensor, su: torch.Tensor, sv: torch.Tensor, factor_in: torch.Tensor,
+                   factor_out: torch.Tensor) -> torch.Tensor:
+    """T_m W T_nᵀ with the sign vectors inverted: the inverse of the rotated layers' decode. Signs
+    are real-valued once tuned or once an output scale is absorbed into S_V; kept away from 0 so a
+    relaxed sign cannot blow the target up."""
+    def inverse(s: torch.Tensor) -> torch.Tensor:
+        s = s.float()
+        return 1.0 / torch.where(s.abs() > 1e-3, s, torch.where(s < 0, -1e-3, 1e-3))
+
+    x = rht(w.float(), inverse(su), factor_in)
+    return rht(x.T.contiguous(), inverse(sv), factor_out).T.contiguous()
+
+
 class _CodebookLinear(torch.nn.Module):
     dense: torch.Tensor | None
 
@@ -96,14 +109,7 @@ class QuipLinear(_CodebookLinear):
 
     @torch.no_grad()
     def update_codes(self, target: torch.Tensor, max_fraction: float) -> int:
-        # Into the codes' basis: the inverse of decode_weight, the (real-valued once tuned) sign
-        # vectors inverted, kept away from 0 so a relaxed sign cannot blow the target up.
-        def inverse(s: torch.Tensor) -> torch.Tensor:
-            s = s.float()
-            return 1.0 / torch.where(s.abs() > 1e-3, s, torch.where(s < 0, -1e-3, 1e-3))
-
-        x = rht(target.float(), inverse(self.SU), self.factor_in)
-        x = rht(x.T.contiguous(), inverse(self.SV), self.factor_out).T / self.Wscale.float()
+        x = _to_code_basis(target, self.SU, self.SV, self.factor_in, self.factor_out) / self.Wscale.float()
         new, changed = e8p_reencode(x, self.qidxs, self.codebook, max_fraction=max_fraction)
         if changed:
             self.qidxs.copy_(new)  # bumps its version: the cached tuning base is rebuilt
@@ -123,10 +129,15 @@ class QuipLinear(_CodebookLinear):
 class AqlmLinear(_CodebookLinear):
     """The `aqlm` package's QuantizedLinear layout: codes [m, n/g, M] int8, codebooks
     [M, 2^B, 1, g], scales [m, 1, 1, 1]. Our own module so the CPU path is correct and fast
-    (aqlm 1.1.7's numba GEMV races across threads)."""
+    (aqlm 1.1.7's numba GEMV races across threads).
+
+    `rotated`: the codes hold W̃ = T_m W T_nᵀ, QuIP#'s randomized Hadamard transforms (incoherence
+    processing before AQLM), so y = T_mᵀ (decode · T_n x) + b with the sign vectors SU [n], SV [m]
+    stored beside (fp16, 16 bits per row and column). Our key, "rotation": "rht" in the
+    quantization_config: the `aqlm` package cannot run such a checkpoint."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False, *,
-                 num_codebooks: int = 2, nbits: int = 8, group: int = 8) -> None:
+                 num_codebooks: int = 2, nbits: int = 8, group: int = 8, rotated: bool = False) -> None:
         super().__init__(in_features, out_features, bias)
         if nbits > 8:
             raise ValueError(f"nbits_per_codebook={nbits}: only codebooks of ≤ 256 entries (int8 codes)")
@@ -135,15 +146,27 @@ class AqlmLinear(_CodebookLinear):
         codes = torch.zeros(out_features, in_features // group, num_codebooks, dtype=torch.int8)
         self.codes = torch.nn.Parameter(codes, **frozen)
         self.scales = torch.nn.Parameter(torch.ones(out_features, 1, 1, 1), **frozen)
+        self.rotated = rotated
+        if rotated:
+            self.register_buffer("SU", torch.ones(in_features, dtype=torch.float16))
+            self.register_buffer("SV", torch.ones(out_features, dtype=torch.float16))
+            self.register_buffer("factor_in", small_factor(in_features), persistent=False)
+            self.register_buffer("factor_out", small_factor(out_features), persistent=False)
 
     def decode_weight(self) -> torch.Tensor:
-        return aqlm_decode_weight(self.codes, self.codebooks, self.scales)
+        w = aqlm_decode_weight(self.codes, self.codebooks, self.scales)
+        if not self.rotated:
+            return w
+        w = rht_inverse(w, self.SU.float(), self.factor_in)  # W̃ T_n
+        return rht_inverse(w.T.contiguous(), self.SV.float(), self.factor_out).T.contiguous()
 
     def code_tensor(self) -> torch.Tensor:
         return self.codes
 
     @torch.no_grad()
     def update_codes(self, target: torch.Tensor, max_fraction: float) -> int:
+        if self.rotated:
+            target = _to_code_basis(target, self.SU, self.SV, self.factor_in, self.factor_out)
         new, changed = aqlm_reencode(target, self.codes, self.codebooks, self.scales,
                                      max_fraction=max_fraction)
         if changed:
@@ -155,4 +178,9 @@ class AqlmLinear(_CodebookLinear):
             return F.linear(x, self.dense.to(x.dtype), self.bias)
         if self._tuning():
             return F.linear(x, self.decode_weight().to(x.dtype), self.bias)
-        return aqlm_decode_matmul(x, self.codes, self.codebooks, self.scales, self.bias)
+        if not self.rotated:
+            return aqlm_decode_matmul(x, self.codes, self.codebooks, self.scales, self.bias)
+        x_rot = rht(x, self.SU.to(x.dtype), self.factor_in.to(x.dtype))
+        y_rot = aqlm_decode_matmul(x_rot, self.codes, self.codebooks, self.scales, None)
+        y = rht_inverse(y_rot, self.SV.to(x.dtype), self.factor_out.to(x.dtype))
+        return y if self.bias is None else y + self.bias

@@ -36,9 +36,9 @@ class NotAbsorbable(ValueError):
 @torch.no_grad()
 def scale_output_channels(module: torch.nn.Module, factor: torch.Tensor) -> None:
     """Multiply `module`'s output channel j by factor[j], exactly, in its own parameters."""
-    if isinstance(module, AqlmLinear):
+    if isinstance(module, AqlmLinear) and not module.rotated:
         module.scales.mul_(factor.view(-1, 1, 1, 1).to(module.scales.dtype))
-    elif isinstance(module, QuipLinear):
+    elif isinstance(module, QuipLinear | AqlmLinear):  # rotated: output j is S_V[j] × (its row)
         module.SV.copy_((module.SV.double() * factor).to(module.SV.dtype))
     elif isinstance(module, torch.nn.Linear):
         module.weight.mul_(factor[:, None].to(module.weight.dtype))

@@ -70,14 +70,41 @@ def test_compressed_forward_matches_the_decoded_weights(quantized):
                                        rtol=1e-4, atol=1e-4)
 
 
+SHAPES = [(96, 96), (48, 96), (48, 96), (96, 96), (192, 96), (192, 96), (96, 192)]  # q k v o g u d
+WEIGHTS = 2 * sum(m * n for m, n in SHAPES)
+
+
 def test_bits_per_weight_count_codes_codebooks_scales_and_signs(model96, quantized):
-    shapes = [(96, 96), (48, 96), (48, 96), (96, 96), (192, 96), (192, 96), (96, 192)]  # q k v o g u d
-    weights = 2 * sum(m * n for m, n in shapes)
+    shapes, weights = SHAPES, WEIGHTS
     quip_bits = 2 * sum(2 * m * n + 16 * (m + n) + 32 for m, n in shapes)  # codes, SU, SV, Wscale
     aqlm_bits = 2 * sum(2 * m * n + 2 * 256 * 8 * 16 + 16 * m for m, n in shapes)  # codes, codebooks, scales
     assert checkpoint_size(quantized["quip_sharp_2bit"]).bits_per_weight == pytest.approx(quip_bits / weights)
     assert checkpoint_size(quantized["aqlm_2x8"]).bits_per_weight == pytest.approx(aqlm_bits / weights)
     assert checkpoint_size(quantized["int2_rtn"]).bits_per_weight < 3.5
+
+
+def test_aqlm_with_incoherence_stores_signs_reloads_and_decodes_in_the_original_basis(
+        model96, calibration, quantized, tmp_path):
+    """`incoherence`: codes of W̃ = T_m W T_nᵀ; the loaded layer undoes the rotation in decode and in
+    the compressed forward alike, and the checkpoint pays 16 bits per row and column for the signs."""
+    spec = SPEC.validate_python(AQLM | {"name": "ar", "incoherence": True})
+    res = quantize_variant(spec, model_path=model96, calibration_path=calibration,
+                           out_dir=str(tmp_path / "ar"), max_seq_len=64, threads=1)
+    config = json.loads((tmp_path / "ar" / "config.json").read_text())["quantization_config"]
+    assert config["rotation"] == "rht" and config["quant_method"] == "aqlm"
+    packed = load_codebook_model(res.checkpoint, materialize=False)
+    layers = [m for m in packed.modules() if isinstance(m, AqlmLinear)]
+    assert len(layers) == 14 and all(m.rotated for m in layers)
+    assert all(set(m.SU.unique().tolist()) == {-1.0, 1.0} for m in layers)  # random signs, stored
+    ids = torch.randint(0, 300, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        dense = load_codebook_model(res.checkpoint)(input_ids=ids).logits
+        torch.testing.assert_close(packed(input_ids=ids).logits, dense, rtol=1e-4, atol=1e-4)
+    err, rtn = _rel_error(model96, res.checkpoint), _rel_error(model96, quantized["int2_rtn"])
+    assert 0 < err < 0.8 * rtn, (err, rtn)  # decoded in the original basis: a rotation left in is O(1)
+    extra = 2 * sum(16 * (m + n) for m, n in SHAPES) / WEIGHTS
+    plain = checkpoint_size(quantized["aqlm_2x8"]).bits_per_weight
+    assert checkpoint_size(res.checkpoint).bits_per_weight == pytest.approx(plain + extra)
 
 
 def test_record_has_the_methods_notes(quantized):
