@@ -100,3 +100,15 @@ def test_layers_reencode_in_their_own_basis_with_tuned_signs_and_scales():
     other, _, _ = _aqlm(num_cb=1, seed=7)
     aqlm.update_codes(aqlm_decode_weight(other, codebooks, scales), 1.0)
     assert torch.equal(aqlm.codes, other)
+
+    # A rotated AQLM layer (incoherence) re-encodes in its rotated basis, its S_V carrying an
+    # absorbed output scale: the target another set of codes decodes to gives back those codes.
+    rotated = AqlmLinear(64, 24, num_codebooks=1, rotated=True)
+    rotated.load_state_dict(aqlm.state_dict() | {"SU": relaxed(64).sign(), "SV": relaxed(24)})
+    twin = AqlmLinear(64, 24, num_codebooks=1, rotated=True)
+    twin.load_state_dict(rotated.state_dict())
+    twin.codes.data.copy_(codes)
+    assert not torch.equal(rotated.codes, codes)
+    assert rotated.update_codes(rotated.decode_weight(), 1.0) == 0
+    assert rotated.update_codes(twin.decode_weight(), 1.0) > 0
+    assert torch.equal(rotated.codes, codes)

@@ -78,9 +78,10 @@ def test_a_result_cut_short_on_a_loaded_machine_is_quantized_again(model96, cali
                                    "main_thread_cpu_share": 0.1})
 
 
-@pytest.mark.parametrize("up", ["dense", "aqlm", "quip"])
+@pytest.mark.parametrize("up", ["dense", "aqlm", "aqlm_rht", "quip"])
 def test_input_normalization_through_the_absorber_keeps_the_block_function(model96, up):
-    """W D reading D⁻¹ x: the norms and up_proj (dense, AQLM's row scales or QuIP#'s S_V) take D⁻¹."""
+    """W D reading D⁻¹ x: the norms and up_proj (dense, AQLM's row scales, or S_V of QuIP# and of a
+    rotated AQLM, whose rows are mixed by the transform) take D⁻¹."""
     from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear
     from quantgate.tasks.quantize.codebook.absorb import normalize_group_inputs
 
@@ -88,15 +89,17 @@ def test_input_normalization_through_the_absorber_keeps_the_block_function(model
     block = model.model.layers[0]
     if up != "dense":  # a quantized up_proj with random codes: only its function matters here
         linear = block.mlp.up_proj
-        module = (AqlmLinear(linear.in_features, linear.out_features) if up == "aqlm"
-                  else QuipLinear(linear.in_features, linear.out_features))
+        module = (QuipLinear(linear.in_features, linear.out_features) if up == "quip"
+                  else AqlmLinear(linear.in_features, linear.out_features, rotated=up == "aqlm_rht"))
         with torch.no_grad():
             for tensor in module.buffers() if up == "quip" else module.parameters():
                 if tensor.dtype in (torch.int8, torch.int16):
                     gen = torch.Generator().manual_seed(1)
                     tensor.copy_(torch.randint(-100, 100, tensor.shape, generator=gen))
-            if up == "aqlm":
+            if up != "quip":
                 module.codebooks.normal_(generator=torch.Generator().manual_seed(2))
+            if up == "aqlm_rht":
+                module.SV.copy_(torch.randn(linear.out_features, generator=gen).sign())
             module.materialize()
         block.mlp.set_submodule("up_proj", module)
     seq = capture_block_inputs(model, [torch.tensor([[5, 9, 13, 21, 40, 77, 3]])])[0]
@@ -117,5 +120,5 @@ def test_input_normalization_through_the_absorber_keeps_the_block_function(model
     with torch.no_grad():
         after = block(seq.original, **seq.kwargs)
     after = after[0] if isinstance(after, tuple) else after
-    tol = 2e-3 if up == "quip" else 2e-4  # QuIP#'s S_V is stored in fp16
+    tol = 2e-3 if up in ("quip", "aqlm_rht") else 2e-4  # S_V is stored in fp16
     torch.testing.assert_close(after, before, rtol=tol, atol=tol / 10)
