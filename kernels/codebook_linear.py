@@ -133,8 +133,8 @@ class AqlmLinear(_CodebookLinear):
 
     `rotated`: the codes hold W̃ = T_m W T_nᵀ, QuIP#'s randomized Hadamard transforms (incoherence
     processing before AQLM), so y = T_mᵀ (decode · T_n x) + b with the sign vectors SU [n], SV [m]
-    stored beside (fp16, 16 bits per row and column). Our key, "rotation": "rht" in the
-    quantization_config: the `aqlm` package cannot run such a checkpoint."""
+    stored beside (fp16, 16 bits per row and column). Checkpoints say "quant_method": "aqlm_rht":
+    the `aqlm` package cannot run them."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False, *,
                  num_codebooks: int = 2, nbits: int = 8, group: int = 8, rotated: bool = False) -> None:

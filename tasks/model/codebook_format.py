@@ -7,8 +7,8 @@ Layout (a directory transformers' AutoConfig reads):
                        AQLM:  the `aqlm` package's keys ("quant_method": "aqlm", in_group_size,
                                out_group_size, num_codebooks, nbits_per_codebook,
                                linear_weights_not_to_quantize), so transformers + aqlm load it too;
-                               our "rotation": "rht" (incoherence processing, `.SU`/`.SV` as QuIP#'s
-                               beside the codes) is beyond what the aqlm package runs.
+                               with incoherence processing ("quant_method": "aqlm_rht", `.SU`/`.SV`
+                               as QuIP#'s beside the codes) ours only: aqlm would misread the codes.
   model.safetensors    every unquantized tensor as in the base model (a decoder block's Linear kept
                        unquantized: in fp16), and per quantized Linear
                        `<name>.qidxs` [m, n/8] int16, `.SU` [n] f16, `.SV` [m] f16, `.Wscale` []
@@ -75,11 +75,9 @@ def _codebook_module(linear: torch.nn.Linear, qc: dict[str, Any]) -> torch.nn.Mo
         return QuipLinear(linear.in_features, linear.out_features, bias)
     if qc.get("out_group_size", 1) != 1:
         raise ValueError(f"quantization_config.out_group_size={qc['out_group_size']}: only 1 is supported")
-    if qc.get("rotation", "none") not in ("none", "rht"):
-        raise ValueError(f"quantization_config.rotation={qc['rotation']!r}: only 'rht' or none is known")
     return AqlmLinear(linear.in_features, linear.out_features, bias, num_codebooks=qc["num_codebooks"],
                       nbits=qc["nbits_per_codebook"], group=qc["in_group_size"],
-                      rotated=qc.get("rotation") == "rht")
+                      rotated=qc["quant_method"] == "aqlm_rht")
 
 
 def codebook_layer(linear: torch.nn.Linear, qc: dict[str, Any], tensors: dict[str, torch.Tensor]

@@ -87,10 +87,8 @@ def layer_functions(spec: Aqlm2x8) -> LayerFunctions:
         return _outcome(W, Hd, q, {"rounds": 0.0, "stopped_by_deadline": 1.0}, signs=signs)
 
     # Module names (not `.weight` keys): transformers matches this list against module names.
-    config = {"quant_method": "aqlm", "in_group_size": GROUP, "out_group_size": 1,
-              "num_codebooks": NUM_CODEBOOKS, "nbits_per_codebook": NBITS,
+    config = {"quant_method": "aqlm_rht" if spec.incoherence else "aqlm", "in_group_size": GROUP,
+              "out_group_size": 1, "num_codebooks": NUM_CODEBOOKS, "nbits_per_codebook": NBITS,
               "linear_weights_not_to_quantize": list(spec.ignore)}
-    if spec.incoherence:
-        config["rotation"] = "rht"
     return LayerFunctions(full, cheap, config, input_power=spec.input_channel_power)
 

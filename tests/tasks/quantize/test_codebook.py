@@ -13,6 +13,7 @@ from pydantic import TypeAdapter
 from quantgate.conf.methods import VariantSpec
 from quantgate.kernels.codebook_linear import AqlmLinear, QuipLinear
 from quantgate.tasks.model.codebook_format import load_codebook_model
+from quantgate.tasks.model.formats import checkpoint_format
 from quantgate.tasks.model.load import load_causal_lm
 from quantgate.tasks.model.size import checkpoint_size
 from quantgate.tasks.quantize.run import quantize_variant
@@ -22,7 +23,7 @@ from factories import mixed_records
 SPEC = TypeAdapter(VariantSpec)
 QUIP = {"name": "q", "method": "quip_sharp_2bit", "num_samples": 8}
 AQLM = {"name": "a", "method": "aqlm_2x8", "num_samples": 8, "max_rounds": 1, "adam_steps": 5,
-        "beam_size": 1}
+        "beam_size": 1, "incoherence": False}  # the aqlm package's own layout: it must load it too
 OWN_TEXT = {"finetune_synthetic": 3}  # the fixture's AQLM also tunes on the baseline's own text
 
 
@@ -91,7 +92,8 @@ def test_aqlm_with_incoherence_stores_signs_reloads_and_decodes_in_the_original_
     res = quantize_variant(spec, model_path=model96, calibration_path=calibration,
                            out_dir=str(tmp_path / "ar"), max_seq_len=64, threads=1)
     config = json.loads((tmp_path / "ar" / "config.json").read_text())["quantization_config"]
-    assert config["rotation"] == "rht" and config["quant_method"] == "aqlm"
+    assert config["quant_method"] == "aqlm_rht"  # not "aqlm": the aqlm package would misread the codes
+    assert checkpoint_format(res.checkpoint).kind == "aqlm"
     packed = load_codebook_model(res.checkpoint, materialize=False)
     layers = [m for m in packed.modules() if isinstance(m, AqlmLinear)]
     assert len(layers) == 14 and all(m.rotated for m in layers)
