@@ -50,7 +50,10 @@ def with_codebook_layers(model: LlamaForCausalLM, kind: str) -> LlamaForCausalLM
                 new.SV.copy_(torch.randint(0, 2, (m,), generator=gen) * 2 - 1)
                 new.Wscale.fill_(0.02)
             else:
-                new = AqlmLinear(n, m)
+                new = AqlmLinear(n, m, rotated=kind == "aqlm_rht")
+                if new.rotated:
+                    new.SU.copy_(torch.randint(0, 2, (n,), generator=gen) * 2 - 1)
+                    new.SV.copy_(torch.randint(0, 2, (m,), generator=gen) * 2 - 1)
                 codes = torch.randint(-128, 128, new.codes.shape, dtype=torch.int8, generator=gen)
                 new.codes.data.copy_(codes)
                 new.codebooks.data.copy_(torch.randn(new.codebooks.shape, generator=gen) * 0.05)
@@ -88,12 +91,14 @@ def main() -> None:
     dtype = torch.bfloat16
     rows = []
     dense_max = hadamard.DENSE_FWHT_MAX
-    for kind, fwht_max in (("dense", None), ("quip", 0), ("quip", dense_max), ("aqlm", None)):
+    for kind, fwht_max in (("dense", None), ("quip", 0), ("quip", dense_max), ("aqlm", None),
+                           ("aqlm_rht", None)):
         model = smollm2_shaped(args.layers).to(args.device, dtype)
         if kind != "dense":
             model = with_codebook_layers(model, kind)
         hadamard.DENSE_FWHT_MAX = dense_max if fwht_max is None else fwht_max
-        path = {"dense": "bf16 nn.Linear", "aqlm": "AQLM 2x8 codes"}.get(
+        path = {"dense": "bf16 nn.Linear", "aqlm": "AQLM 2x8 codes",
+                "aqlm_rht": "AQLM 2x8 codes, rotated (RHT as one matmul)"}.get(
             kind, "QuIP# E8P, RHT " + ("as one matmul" if fwht_max else "in butterfly stages"))
         for batch in (1, 32):
             ms = tpot_ms(model, batch, args.device, args.repeats)

@@ -221,7 +221,8 @@ class Aqlm2x8(_TwoBit):
     input_channel_power: Annotated[float, Field(ge=0, le=1)] = Field(
         default=0.5, description="the inputs of q/k/v, gate/up and down_proj rescaled by "
         "(H_jj / mean H_jj)^(p/2) before quantizing, the inverse folded into the norm or up_proj's row "
-        "scales (the format has no input scale); evens out massive-activation channels. 0: off")
+        "scales (S_V when rotated; the format has no input scale); evens out massive-activation "
+        "channels. 0: off")
     # SmolLM2 at 900 s, side by side: PPL x2.34 -> x1.69, GPL-3 x9.95 -> x4.18, KL before e2e
     # 1.27 -> 0.81 at the same mean proxy loss (0.027 / 0.028): the layers' errors stop adding up.
     incoherence: bool = Field(

@@ -183,4 +183,4 @@ class AqlmLinear(_CodebookLinear):
         x_rot = rht(x, self.SU.to(x.dtype), self.factor_in.to(x.dtype))
         y_rot = aqlm_decode_matmul(x_rot, self.codes, self.codebooks, self.scales, None)
         y = rht_inverse(y_rot, self.SV.to(x.dtype), self.factor_out.to(x.dtype))
-        return y if self.bias is None else y + self.bias
+        return y if self.bias is None else y + self.bias.to(y.dtype)

@@ -81,6 +81,14 @@ def _joules(j: float) -> str:
     return f"{j:.3f} J/token"
 
 
+def reference_pools(records: list[dict[str, Any]], started: float, resumed_at: float
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Where the rank tests look for the champion's times when the window has too few, nearest
+    first: the records since this process started or resumed the rollout, then all earlier ones."""
+    earlier = [r for r in records if r["t"] < started]
+    return [r for r in earlier if r["t"] >= resumed_at], earlier
+
+
 def run_window(*, base_url: str, model_name: str, prompts: list[list[dict[str, str]]], weight: float,
                step_index: int, conf: RolloutConf, log_dir: str, judge: PairJudge | None,
                api_key: str | None = None, watts_per_busy_core: float | None = None,
@@ -109,8 +117,7 @@ def run_window(*, base_url: str, model_name: str, prompts: list[list[dict[str, s
     _wait_for_mirrors(base_url)
     records = read_jsonl(folder / "requests.jsonl")
     window = [r for r in records if r["t"] >= started]
-    earlier = [r for r in records if r["t"] < started]
-    nearest = ([r for r in earlier if r["t"] >= resumed_at], earlier)  # the rank tests' fallbacks
+    nearest = reference_pools(records, started, resumed_at)
     alpha_look = a.alpha / len(conf.steps)
     measurements = [
         analysis.error_rate(records, a),

@@ -43,8 +43,8 @@ def test_gpu_layers_and_kernels_dry_runs(tmp_path):
     layers = str(tmp_path / "layers.json")
     _run("gpu_layers.py", "--layers", "1", "--repeats", "1", "--out", layers, cwd=tmp_path)
     rows = json.loads((tmp_path / "layers.json").read_text())["rows"]
-    assert [(r["model"], r["batch"]) for r in rows] == [(m, b) for m in ("dense", "quip", "quip", "aqlm")
-                                                        for b in (1, 32)]
+    kinds = ("dense", "quip", "quip", "aqlm", "aqlm_rht")
+    assert [(r["model"], r["batch"]) for r in rows] == [(m, b) for m in kinds for b in (1, 32)]
     assert all(r["tpot_ms"] > 0 for r in rows)
     _run("gpu_kernels.py", "--reps", "2", "--out", str(tmp_path / "kernels.json"), cwd=tmp_path)
     sweep = json.loads((tmp_path / "kernels.json").read_text())

@@ -5,13 +5,14 @@ fixed) and beam search on codes (codebooks fixed). ~2 bits per weight plus codeb
 
 Egiazarian et al., "Extreme Compression of Large Language Models via Additive
 Quantization", arXiv 2401.06118. Numerics in `quantgate.kernels.aqlm`; the checkpoint is in
-the `aqlm` package's layout (transformers quantization_config "aqlm").
+the `aqlm` package's layout (transformers quantization_config "aqlm") when `incoherence` is off.
 
-`incoherence` (off by default): the layer is first rotated by QuIP#'s randomized Hadamard
-transforms (Tseng et al., arXiv 2402.04396; the proxy loss is invariant under them) and AQLM
-quantizes W̃ = T_m W T_nᵀ against H̃ = T_n H T_nᵀ, as HIGGS (Malinovskii et al., "Pushing the
-Limits of Large Language Model Quantization via the Linearity Theorem") pairs Hadamard rotations
-with vector grids. The signs are stored beside the codes and decode applies the transforms.
+`incoherence` (on by default; quant_method "aqlm_rht"): the layer is first rotated by QuIP#'s
+randomized Hadamard transforms (Tseng et al., arXiv 2402.04396; the proxy loss is invariant under
+them) and AQLM quantizes W̃ = T_m W T_nᵀ against H̃ = T_n H T_nᵀ, as HIGGS (Malinovskii et al.,
+"Pushing the Limits of Large Language Model Quantization via the Linearity Theorem") pairs
+Hadamard rotations with vector grids. The signs are stored beside the codes and decode applies
+the transforms.
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ def test_record_has_the_methods_notes(quantized):
     assert aqlm["finetune_synthetic"] == 3 and aqlm["finetune_steps"] == 2 * 3
 
 
-@pytest.mark.parametrize("spec", [QUIP, AQLM], ids=["quip", "aqlm"])
+@pytest.mark.parametrize("spec", [QUIP, AQLM, AQLM | {"incoherence": True}], ids=["quip", "aqlm", "aqlm_rht"])
 def test_an_exhausted_budget_still_saves_a_whole_model_and_says_so(spec, model96, calibration, tmp_path):
     res = quantize_variant(SPEC.validate_python(spec | {"time_budget_s": 1e-6}), model_path=model96,
                            calibration_path=calibration, out_dir=str(tmp_path / "v"), max_seq_len=64,
