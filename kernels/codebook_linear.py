@@ -9,6 +9,8 @@ the numbers are the same (tested), only the memory saving is given up.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -30,6 +32,20 @@ def _to_code_basis(w: torch.Tensor, su: torch.Tensor, sv: torch.Tensor, factor_i
 
     x = rht(w.float(), inverse(su), factor_in)
     return rht(x.T.contiguous(), inverse(sv), factor_out).T.contiguous()
+
+
+def _from_code_basis(w: torch.Tensor, su: torch.Tensor, sv: torch.Tensor, factor_in: torch.Tensor,
+                     factor_out: torch.Tensor) -> torch.Tensor:
+    """W = diag(S_V) T_mᵀ W̃ T_n diag(S_U) [m, n] from the codes' basis: the rotated layers' decode."""
+    w = rht_inverse(w, su.float(), factor_in)  # W̃ T_n
+    return rht_inverse(w.T.contiguous(), sv.float(), factor_out).T.contiguous()
+
+
+def _rotated_matmul(x: torch.Tensor, su: torch.Tensor, sv: torch.Tensor, factor_in: torch.Tensor,
+                    factor_out: torch.Tensor, matmul: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """T_mᵀ matmul(T_n x): a rotated layer's compressed forward around its codes' own matmul."""
+    x_rot = rht(x, su.to(x.dtype), factor_in.to(x.dtype))  # (.., n)
+    return rht_inverse(matmul(x_rot), sv.to(x.dtype), factor_out.to(x.dtype))  # (.., m)
 
 
 class _CodebookLinear(torch.nn.Module):
@@ -87,8 +103,7 @@ class QuipLinear(_CodebookLinear):
 
     def decode_weight(self) -> torch.Tensor:
         w = e8p_decode_weight(self.qidxs, self.codebook) * self.Wscale.float()  # [m, n], rotated basis
-        w = rht_inverse(w, self.SU.float(), self.factor_in)  # W̃ T_n
-        return rht_inverse(w.T.contiguous(), self.SV.float(), self.factor_out).T.contiguous()
+        return _from_code_basis(w, self.SU, self.SV, self.factor_in, self.factor_out)
 
     def tuning_weight(self) -> torch.Tensor:
         """Wscale · diag(S_V) B diag(S_U) with B = H_mᵀ decode(qidxs) H_n, the same weight as
@@ -99,8 +114,7 @@ class QuipLinear(_CodebookLinear):
             with torch.no_grad():
                 w = e8p_decode_weight(self.qidxs, self.codebook)
                 ones_in, ones_out = w.new_ones(self.in_features), w.new_ones(self.out_features)
-                w = rht_inverse(w, ones_in, self.factor_in)
-                self._base = rht_inverse(w.T.contiguous(), ones_out, self.factor_out).T.contiguous()
+                self._base = _from_code_basis(w, ones_in, ones_out, self.factor_in, self.factor_out)
             self._base_key = key
         return self.Wscale.float() * self.SV.float()[:, None] * self._base * self.SU.float()[None, :]
 
@@ -120,9 +134,9 @@ class QuipLinear(_CodebookLinear):
             return F.linear(x, self.dense.to(x.dtype), self.bias)
         if self._tuning():
             return F.linear(x, self.tuning_weight().to(x.dtype), self.bias)
-        x_rot = rht(x, self.SU.to(x.dtype), self.factor_in.to(x.dtype))  # (.., n)
-        y_rot = e8p_decode_matmul(x_rot, self.qidxs, self.codebook)  # (.., m)
-        y = rht_inverse(y_rot, self.SV.to(x.dtype), self.factor_out.to(x.dtype)) * self.Wscale.to(x.dtype)
+        y = _rotated_matmul(x, self.SU, self.SV, self.factor_in, self.factor_out,
+                            lambda x_rot: e8p_decode_matmul(x_rot, self.qidxs, self.codebook))
+        y = y * self.Wscale.to(x.dtype)
         return y if self.bias is None else y + self.bias
 
 
@@ -155,10 +169,7 @@ class AqlmLinear(_CodebookLinear):
 
     def decode_weight(self) -> torch.Tensor:
         w = aqlm_decode_weight(self.codes, self.codebooks, self.scales)
-        if not self.rotated:
-            return w
-        w = rht_inverse(w, self.SU.float(), self.factor_in)  # W̃ T_n
-        return rht_inverse(w.T.contiguous(), self.SV.float(), self.factor_out).T.contiguous()
+        return _from_code_basis(w, self.SU, self.SV, self.factor_in, self.factor_out) if self.rotated else w
 
     def code_tensor(self) -> torch.Tensor:
         return self.codes
@@ -180,7 +191,9 @@ class AqlmLinear(_CodebookLinear):
             return F.linear(x, self.decode_weight().to(x.dtype), self.bias)
         if not self.rotated:
             return aqlm_decode_matmul(x, self.codes, self.codebooks, self.scales, self.bias)
-        x_rot = rht(x, self.SU.to(x.dtype), self.factor_in.to(x.dtype))
-        y_rot = aqlm_decode_matmul(x_rot, self.codes, self.codebooks, self.scales, None)
-        y = rht_inverse(y_rot, self.SV.to(x.dtype), self.factor_out.to(x.dtype))
+
+        def codes_matmul(x_rot: torch.Tensor) -> torch.Tensor:
+            return aqlm_decode_matmul(x_rot, self.codes, self.codebooks, self.scales, None)
+
+        y = _rotated_matmul(x, self.SU, self.SV, self.factor_in, self.factor_out, codes_matmul)
         return y if self.bias is None else y + self.bias.to(y.dtype)
