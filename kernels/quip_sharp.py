@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from quantgate.kernels.e8p import e8p_encode, e8p_quantize
-from quantgate.kernels.hadamard import random_signs, rht, rht_inverse, small_factor
+from quantgate.kernels.hadamard import random_signs, rht, small_factor
 from quantgate.kernels.hessian import channel_scales
 from quantgate.kernels.ldlq import block_ldlq, cholesky_with_retry, proxy_loss
 
@@ -52,13 +52,6 @@ def rotate_weight(W: torch.Tensor, su: torch.Tensor, sv: torch.Tensor) -> torch.
     m, n = W.shape
     right = rht(W, su, small_factor(n))  # rows: W T_nᵀ
     return rht(right.T.contiguous(), sv, small_factor(m)).T.contiguous()  # T_m (W T_nᵀ)
-
-
-def unrotate_weight(W_tilde: torch.Tensor, su: torch.Tensor, sv: torch.Tensor) -> torch.Tensor:
-    """W = T_mᵀ W̃ T_n [m, n], the exact inverse of `rotate_weight`."""
-    m, n = W_tilde.shape
-    right = rht_inverse(W_tilde, su, small_factor(n))
-    return rht_inverse(right.T.contiguous(), sv, small_factor(m)).T.contiguous()
 
 
 def rotate_hessian(H: torch.Tensor, su: torch.Tensor) -> torch.Tensor:
