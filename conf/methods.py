@@ -210,13 +210,18 @@ class Aqlm2x8(_TwoBit):
     method: Literal["aqlm_2x8"]
     beam_size: Annotated[int, Field(ge=1, le=64)] = 2
     max_rounds: Annotated[int, Field(ge=0)] = 3
-    adam_steps: Annotated[int, Field(ge=0)] = 10
-    # 1 at 300 s on SmolLM2 (two runs): v_proj's proxy loss 0.092 -> 0.046, traffic PPL within the
-    # run-to-run spread (x4.76, x5.29), GPL-3 worse in both (x15.7, x14.9 against x6.7-x12.0): off.
+    # SmolLM2's rotated layers (15 of layers 3, 12, 26, 32 samples): 10 Adam steps cost 40 % of a
+    # round and lower the proxy loss 2 % (0.0434 -> 0.0425); a second beam pass in that time, 10 %
+    # (0.0388). Block and end-to-end tuning fit the codebooks and scales to the outputs anyway.
+    adam_steps: Annotated[int, Field(ge=0)] = Field(
+        default=0, description="Adam steps on the codebooks and row scales (codes fixed) before each "
+        "round's beam search; 0: beam search only")
+    # Rotated, at 300 s on SmolLM2: held-out KL before end-to-end 0.92 against 1.63-1.97 at 0 (PPL
+    # x3.02 against x4.02-x5.06). Unrotated it was within the run-to-run spread (x4.76, x5.29).
     min_rounds: Annotated[int, Field(ge=0)] = Field(
-        default=0, description="search rounds every layer started within the budget gets even past its "
-        "share of it (a layer started near the end may overrun the budget by that much; layers "
-        "started past it keep the k-means init); at 300 s k_proj/v_proj get none")
+        default=1, description="search rounds every layer started within the budget gets even past its "
+        "share of it (the block-wise loop then sets the overrun aside for the layers left; layers "
+        "started past the budget keep the k-means init); 0: k_proj/v_proj get none at 300 s")
     # SmolLM2 at 300 s: PPL x19.4 at 0, x10.0 at 0.5 (mean proxy loss 0.085 -> 0.052).
     input_channel_power: Annotated[float, Field(ge=0, le=1)] = Field(
         default=0.5, description="the inputs of q/k/v, gate/up and down_proj rescaled by "

@@ -301,8 +301,10 @@ def _adam(
     flat_idx = (codes.reshape(-1, num_cb).T[:, :, None] * g + g_range).reshape(num_cb, -1)
     cb = q.codebooks.detach()[:, :, 0, :].float().clone()  # [M, K, g]
     s = q.scales.detach().reshape(m).float().clone()
+    if steps <= 0:
+        return q
     f_in = layer_objective(W, reconstruct(q), H)
-    if steps <= 0 or not f_in > 0.0:
+    if not f_in > 0.0:
         return q
 
     # Adam is scale-free in the gradient, so lr is a relative step: codebooks move by ~lr · RMS(codebooks)

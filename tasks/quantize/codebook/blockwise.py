@@ -102,13 +102,34 @@ def _groups(block: torch.nn.Module, targets: dict[str, torch.nn.Module], seq: Bl
 @torch.no_grad()
 def _group_hessians(block: torch.nn.Module, modules: dict[str, torch.nn.Module],
                     seqs: Sequence[BlockSequence], sequential: bool) -> dict[str, torch.Tensor]:
+    """The group's Hessians from every sequence's block forward, each forward stopped once all the
+    group's layers have seen their input: the rest of the block cannot change it (q/k/v's Hessian
+    costs a norm, not the block)."""
     collector = HessianCollector().attach(modules)
+    seen: set[str] = set()
+
+    def stop_when_all_seen(name: str):
+        def hook(_module: torch.nn.Module, _args: tuple) -> None:
+            seen.add(name)
+            if len(seen) == len(modules):
+                raise _Stop
+
+        return hook
+
+    # registered after the collector's hooks, so they run after them
+    stops = [module.register_forward_pre_hook(stop_when_all_seen(name)) for name, module in modules.items()]
     try:
         for seq in seqs:
-            run_block(block, seq.quantized if sequential else seq.original, seq.kwargs)
+            seen.clear()
+            try:
+                run_block(block, seq.quantized if sequential else seq.original, seq.kwargs)
+            except _Stop:
+                pass
             collector.next_batch()
     finally:
         collector.detach()
+        for handle in stops:
+            handle.remove()
     return collector.hessians()
 
 
@@ -131,14 +152,14 @@ def quantize_blockwise(
         started = time.monotonic()
         with torch.no_grad():  # the original block's outputs: this block's targets, the next one's inputs
             targets_out = [run_block(block, s.original, s.kwargs) for s in seqs]
-        clock.fixed_seconds += time.monotonic() - started
+        started = clock.add("forwards", started, fixed=True)
         for group in _groups(block, own, seqs[0]) if own else []:
-            started = time.monotonic()
+            started = clock.add("forwards", started, fixed=True)
             hessians = _group_hessians(block, {n: own[n] for n in group}, seqs, tuning.sequential)
+            started = clock.add("hessians", started, fixed=True)
             hessians = _normalized(block, group, hessians, fns.input_power, seqs[0])
             size = sum(own[n].weight.numel() for n in group)
-            now = time.monotonic()
-            clock.fixed_seconds += now - started
+            now = clock.add("normalization", started, fixed=True)
             group_end = now + clock.share(size)
             tune = tuning.epochs > 0 and now < deadline
             quant_end = now + (group_end - now) * (tuning.quantize_share if tune else 1.0)
@@ -148,20 +169,26 @@ def quantize_blockwise(
                 left -= own[name].weight.numel()
                 _quantize_one(block, f"{prefix}.{index}.{name}", name, own[name], hessians[name],
                               layer_end, deadline, fns, progress)
+            started = clock.add("search", now)
+            # A search past its share (a floor of rounds the method runs whatever the time: AQLM's
+            # `min_rounds`) will be so in the groups left too: set aside with the fixed costs, so the
+            # budget's end does not cut the last layers.
+            clock.fixed_seconds += max(0.0, started - quant_end)
             if tune:
                 report = tune_block(block, seqs, targets_out, tuning=tuning, deadline=group_end)
                 for name in group:
                     progress.notes[f"{prefix}.{index}.{name}"] |= report
+            started = clock.add("block_tuning", started)
             clock.done(size)
         _store(block, f"{prefix}.{index}", own, progress)
-        started = time.monotonic()
         with torch.no_grad():
             for seq, out in zip(seqs, targets_out, strict=True):
                 seq.quantized = run_block(block, seq.quantized, seq.kwargs) if tuning.sequential else out
                 seq.original = out
-        clock.fixed_seconds += time.monotonic() - started
-    return CodebookResult(progress.layers, fns.quantization_config,
-                          summarize_layers(progress.notes, progress.cut))
+        clock.add("forwards", started, fixed=True)
+    notes = summarize_layers(progress.notes, progress.cut)
+    notes["block_loop_seconds"] = {k: round(v, 1) for k, v in clock.spent.items()}
+    return CodebookResult(progress.layers, fns.quantization_config, notes)
 
 
 @torch.no_grad()
@@ -187,6 +214,17 @@ class _Clock:
     weights_left: int
     fixed_seconds: float = 0.0
     weights_done: int = 0
+
+    spent: dict[str, float] = field(default_factory=dict)  # where the loop's time went, for the record
+
+    def add(self, what: str, since: float, fixed: bool = False) -> float:
+        """Count the time since `since` as `what` (`fixed`: also spent whatever the groups' shares are);
+        returns now."""
+        now = time.monotonic()
+        self.spent[what] = self.spent.get(what, 0.0) + now - since
+        if fixed:
+            self.fixed_seconds += now - since
+        return now
 
     def share(self, size: int) -> float:
         rate = self.fixed_seconds / self.weights_done if self.weights_done else 0.0

@@ -10,7 +10,9 @@ from pydantic import TypeAdapter
 
 from quantgate.conf.methods import VariantSpec
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
-from quantgate.tasks.quantize.codebook.blockwise import _groups, capture_block_inputs
+from quantgate.kernels.hessian import HessianCollector
+from quantgate.tasks.quantize.codebook.block_tuning import run_block
+from quantgate.tasks.quantize.codebook.blockwise import _group_hessians, _groups, capture_block_inputs
 from quantgate.tasks.quantize.run import VARIANT_RECORD, cut_by_load, quantize_variant
 
 from factories import mixed_records
@@ -45,6 +47,28 @@ def test_groups_follow_the_forward_and_share_inputs(model96):
         ["mlp.gate_proj", "mlp.up_proj"], ["mlp.down_proj"]]
 
 
+def test_group_hessians_stopped_early_are_those_of_whole_forwards(model96):
+    """Each group's forwards stop once its layers saw their input; the Hessians are the full ones."""
+    model = load_causal_lm(model96)
+    seqs = capture_block_inputs(model, [torch.tensor([[5, 9, 13, 21, 40, 2]]), torch.tensor([[7, 3, 11]])])
+    block = model.model.layers[0]
+    own = {n: m for n, m in block.named_modules() if isinstance(m, torch.nn.Linear)}
+    whole = HessianCollector().attach(own)
+    with torch.no_grad():
+        for seq in seqs:
+            run_block(block, seq.quantized, seq.kwargs)
+            whole.next_batch()
+    whole.detach()
+    expected = whole.hessians()
+    for group in _groups(block, own, seqs[0]):
+        got = _group_hessians(block, {n: own[n] for n in group}, seqs, sequential=True)
+        assert set(got) == set(group)
+        for name in group:
+            torch.testing.assert_close(got[name], expected[name], rtol=1e-12, atol=1e-12)
+    out = run_block(block, seqs[0].quantized, seqs[0].kwargs)  # no stop hook left behind
+    assert out.shape == seqs[0].quantized.shape
+
+
 def test_block_tuning_lowers_the_block_and_model_error(model96, calibration, tmp_path):
     plain, _ = _quantize(QUIP | {"sequential": False, "block_epochs": 0}, model96, calibration,
                          tmp_path / "a")
@@ -52,6 +76,8 @@ def test_block_tuning_lowers_the_block_and_model_error(model96, calibration, tmp
                               model96, calibration, tmp_path / "b")
     per_layer = record["notes"]["per_layer"]
     assert len(per_layer) == 14 and record["notes"]["cut_layers"] == []
+    assert set(record["notes"]["block_loop_seconds"]) == {"forwards", "hessians", "normalization",
+                                                          "search", "block_tuning"}
     assert all(v["block_error_after"] <= v["block_error_before"] for v in per_layer.values())
     assert any(v["block_error_after"] < 0.9 * v["block_error_before"] for v in per_layer.values())
     assert _logit_error(model96, tuned) < _logit_error(model96, plain)
