@@ -291,6 +291,8 @@ def _adam(
 ) -> AqlmCodes:
     _check_inputs(W, H, q.group)
     _check_codes(W, q)
+    if steps <= 0:  # before any copy of H: a round with no Adam steps costs nothing here
+        return q
     m, n = W.shape
     g, num_cb, k_size = q.group, q.codes.shape[2], q.codebook_size
     w32 = W.detach().float()
@@ -301,8 +303,6 @@ def _adam(
     flat_idx = (codes.reshape(-1, num_cb).T[:, :, None] * g + g_range).reshape(num_cb, -1)
     cb = q.codebooks.detach()[:, :, 0, :].float().clone()  # [M, K, g]
     s = q.scales.detach().reshape(m).float().clone()
-    if steps <= 0:
-        return q
     f_in = layer_objective(W, reconstruct(q), H)
     if not f_in > 0.0:
         return q

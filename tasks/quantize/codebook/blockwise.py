@@ -147,7 +147,9 @@ def quantize_blockwise(
         own = {n.removeprefix(f"{prefix}.{index}."): m for n, m in targets.items()
                if n.startswith(f"{prefix}.{index}.")}
         if time.monotonic() > deadline:  # the rest is cut: no Hessian, tuning or forward is worth its time
+            started = time.monotonic()
             _cut_block(block, f"{prefix}.{index}", own, fns, progress)
+            clock.add("cut", started)
             continue
         started = time.monotonic()
         with torch.no_grad():  # the original block's outputs: this block's targets, the next one's inputs
@@ -172,7 +174,8 @@ def quantize_blockwise(
             started = clock.add("search", now)
             # A search past its share (a floor of rounds the method runs whatever the time: AQLM's
             # `min_rounds`) will be so in the groups left too: set aside with the fixed costs, so the
-            # budget's end does not cut the last layers.
+            # budget's end does not cut the last layers. Measured from the search's own end, not the
+            # group's: what it takes from this group's tuning is set aside for the later groups'.
             clock.fixed_seconds += max(0.0, started - quant_end)
             if tune:
                 report = tune_block(block, seqs, targets_out, tuning=tuning, deadline=group_end)
@@ -207,8 +210,9 @@ def _normalized(block: torch.nn.Module, group: list[str], hessians: dict[str, to
 @dataclass
 class _Clock:
     """Splits what is left of the budget between groups in proportion to their weights, after
-    setting aside what the remaining groups will spend whatever their share (Hessians, forwards:
-    measured so far, per weight), so the last layers are not the ones the budget cuts."""
+    setting aside what the remaining groups will spend whatever their share (forwards, Hessians,
+    input normalization, searches past their share: measured so far, per weight), so the last
+    layers are not the ones the budget cuts."""
 
     deadline: float
     weights_left: int

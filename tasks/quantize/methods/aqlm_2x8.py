@@ -1,7 +1,8 @@
 """AQLM 2x8: each group of 8 input weights of a row is scale_i × (C₁[b₁] + C₂[b₂]) with two
 256-entry codebooks per layer, chosen to minimize the layer's output error
-tr(ΔW XᵀX ΔWᵀ): residual k-means init, then rounds of Adam on codebooks and scales (codes
-fixed) and beam search on codes (codebooks fixed). ~2 bits per weight plus codebooks.
+tr(ΔW XᵀX ΔWᵀ): residual k-means init, then rounds of beam search on codes (codebooks fixed),
+each after `adam_steps` of Adam on codebooks and scales (codes fixed; the paper's alternation, 0 by
+default: block and end-to-end tuning fit them to the outputs). ~2 bits per weight plus codebooks.
 
 Egiazarian et al., "Extreme Compression of Large Language Models via Additive
 Quantization", arXiv 2401.06118. Numerics in `quantgate.kernels.aqlm`; the checkpoint is in

@@ -9,8 +9,8 @@ import torch
 from pydantic import TypeAdapter
 
 from quantgate.conf.methods import VariantSpec
-from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.kernels.hessian import HessianCollector
+from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.quantize.codebook.block_tuning import run_block
 from quantgate.tasks.quantize.codebook.blockwise import _group_hessians, _groups, capture_block_inputs
 from quantgate.tasks.quantize.run import VARIANT_RECORD, cut_by_load, quantize_variant
@@ -60,11 +60,17 @@ def test_group_hessians_stopped_early_are_those_of_whole_forwards(model96):
             whole.next_batch()
     whole.detach()
     expected = whole.hessians()
+    down_calls = []
+    counter = own["mlp.down_proj"].register_forward_pre_hook(lambda *_: down_calls.append(1))
     for group in _groups(block, own, seqs[0]):
+        down_calls.clear()
         got = _group_hessians(block, {n: own[n] for n in group}, seqs, sequential=True)
         assert set(got) == set(group)
         for name in group:
             torch.testing.assert_close(got[name], expected[name], rtol=1e-12, atol=1e-12)
+        # stopped before the MLP's end: down_proj runs only for its own group, once a sequence
+        assert len(down_calls) == (len(seqs) if group == ["mlp.down_proj"] else 0)
+    counter.remove()
     out = run_block(block, seqs[0].quantized, seqs[0].kwargs)  # no stop hook left behind
     assert out.shape == seqs[0].quantized.shape
 
