@@ -171,12 +171,7 @@ def quantize_blockwise(
                 left -= own[name].weight.numel()
                 _quantize_one(block, f"{prefix}.{index}.{name}", name, own[name], hessians[name],
                               layer_end, deadline, fns, progress)
-            started = clock.add("search", now)
-            # A search past its share (a floor of rounds the method runs whatever the time: AQLM's
-            # `min_rounds`) will be so in the groups left too: set aside with the fixed costs, so the
-            # budget's end does not cut the last layers. Measured from the search's own end, not the
-            # group's: what it takes from this group's tuning is set aside for the later groups'.
-            clock.fixed_seconds += max(0.0, started - quant_end)
+            started = clock.add("search", now, overrun_from=quant_end)
             if tune:
                 report = tune_block(block, seqs, targets_out, tuning=tuning, deadline=group_end)
                 for name in group:
@@ -221,13 +216,18 @@ class _Clock:
 
     spent: dict[str, float] = field(default_factory=dict)  # where the loop's time went, for the record
 
-    def add(self, what: str, since: float, fixed: bool = False) -> float:
+    def add(self, what: str, since: float, fixed: bool = False, overrun_from: float | None = None) -> float:
         """Count the time since `since` as `what` (`fixed`: also spent whatever the groups' shares are);
-        returns now."""
+        returns now. `overrun_from`: the end of the work's share; time past it counts as fixed (a
+        floor of search rounds the method runs whatever the time, AQLM's `min_rounds`, will overrun
+        in the groups left too, so the budget's end does not cut the last layers). Measured from the
+        search's own end, not the group's: what it takes from the group's tuning is set aside too."""
         now = time.monotonic()
         self.spent[what] = self.spent.get(what, 0.0) + now - since
         if fixed:
             self.fixed_seconds += now - since
+        elif overrun_from is not None:
+            self.fixed_seconds += max(0.0, now - overrun_from)
         return now
 
     def share(self, size: int) -> float:
