@@ -220,9 +220,9 @@ class Aqlm2x8(_TwoBit):
     # x3.02 against x4.02-x5.06). Unrotated it was within the run-to-run spread (x4.76, x5.29).
     min_rounds: Annotated[int, Field(ge=0)] = Field(
         default=1, description="search rounds every layer started within the budget gets even past its "
-        "share of it (the block-wise loop sets the overrun aside for the layers left; the all-at-once "
-        "loop does not, so a layer started near its end may overrun the budget by that much; layers "
-        "started past the budget keep the k-means init); 0: k_proj/v_proj get none at 300 s")
+        "share of it (both layer loops set the overrun aside for the layers left; a layer started near "
+        "the budget's end may still overrun it by a round; layers started past it keep the k-means "
+        "init); 0: k_proj/v_proj get none at 300 s")
     # SmolLM2 at 300 s: PPL x19.4 at 0, x10.0 at 0.5 (mean proxy loss 0.085 -> 0.052).
     input_channel_power: Annotated[float, Field(ge=0, le=1)] = Field(
         default=0.5, description="the inputs of q/k/v, gate/up and down_proj rescaled by "

@@ -35,6 +35,7 @@ from quantgate.tasks.quantize.codebook.block_tuning import (
     tune_block,
 )
 from quantgate.tasks.quantize.codebook.layers import (
+    BudgetClock,
     CodebookResult,
     LayerFunctions,
     summarize_layers,
@@ -142,7 +143,7 @@ def quantize_blockwise(
     seqs = capture_block_inputs(model, batches)
     progress = _Progress()
     prefix, blocks = decoder_blocks(model)
-    clock = _Clock(deadline, sum(m.weight.numel() for m in targets.values()))
+    clock = BudgetClock(deadline, sum(m.weight.numel() for m in targets.values()))
     for index, block in enumerate(blocks):
         own = {n.removeprefix(f"{prefix}.{index}."): m for n, m in targets.items()
                if n.startswith(f"{prefix}.{index}.")}
@@ -185,7 +186,7 @@ def quantize_blockwise(
                 seq.original = out
         clock.add("forwards", started, fixed=True)
     notes = summarize_layers(progress.notes, progress.cut)
-    notes["block_loop_seconds"] = {k: round(v, 1) for k, v in clock.spent.items()}
+    notes["block_loop_seconds"] = clock.record()
     return CodebookResult(progress.layers, fns.quantization_config, notes)
 
 
@@ -200,44 +201,6 @@ def _normalized(block: torch.nn.Module, group: list[str], hessians: dict[str, to
     after = run_block(block, seq.original, seq.kwargs)
     check_unchanged(before, after, f"the decoder block's output ({group})")
     return hessians
-
-
-@dataclass
-class _Clock:
-    """Splits what is left of the budget between groups in proportion to their weights, after
-    setting aside what the remaining groups will spend whatever their share (forwards, Hessians,
-    input normalization, searches past their share: measured so far, per weight), so the last
-    layers are not the ones the budget cuts."""
-
-    deadline: float
-    weights_left: int
-    fixed_seconds: float = 0.0
-    weights_done: int = 0
-
-    spent: dict[str, float] = field(default_factory=dict)  # where the loop's time went, for the record
-
-    def add(self, what: str, since: float, fixed: bool = False, overrun_from: float | None = None) -> float:
-        """Count the time since `since` as `what` (`fixed`: also spent whatever the groups' shares are);
-        returns now. `overrun_from`: the end of the work's share; time past it counts as fixed (a
-        floor of search rounds the method runs whatever the time, AQLM's `min_rounds`, will overrun
-        in the groups left too, so the budget's end does not cut the last layers). Measured from the
-        search's own end, not the group's: what it takes from the group's tuning is set aside too."""
-        now = time.monotonic()
-        self.spent[what] = self.spent.get(what, 0.0) + now - since
-        if fixed:
-            self.fixed_seconds += now - since
-        elif overrun_from is not None:
-            self.fixed_seconds += max(0.0, now - overrun_from)
-        return now
-
-    def share(self, size: int) -> float:
-        rate = self.fixed_seconds / self.weights_done if self.weights_done else 0.0
-        spare = self.deadline - time.monotonic() - rate * (self.weights_left - size)
-        return max(0.0, spare) * size / max(self.weights_left, 1)
-
-    def done(self, size: int) -> None:
-        self.weights_left -= size
-        self.weights_done += size
 
 
 def _cut_block(block: torch.nn.Module, prefix: str, own: dict[str, torch.nn.Module], fns: LayerFunctions,
