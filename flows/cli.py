@@ -24,7 +24,7 @@ from quantgate.conf.schema import PipelineConfig
 from quantgate.flows.bench_cli import add_parser as add_bench_parser
 from quantgate.flows.ops_cli import add_parsers as add_ops_parsers
 from quantgate.flows.rollout_cli import add_parsers as add_rollout_parsers
-from quantgate.tasks.runtime.child_process import free_port
+from quantgate.tasks.runtime.child_process import free_port, stop_child
 from quantgate.tasks.runtime.servers import configure_process_env, port_free, prefect_server, ray_cluster
 from quantgate.tasks.runtime.stack import use_stack
 from quantgate.tasks.runtime.stop import install_stop_handlers, stop_requested, stop_signal
@@ -195,7 +195,7 @@ def _serve_ui(config: PipelineConfig, state: Path) -> int:
     except (KeyboardInterrupt, SystemExit):
         pass
     finally:
-        mlflow.terminate()
+        stop_child(mlflow, grace_s=20)  # its port is free once this returns
     return 0
 
 

