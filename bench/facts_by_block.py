@@ -7,7 +7,10 @@ the chat header; accuracy), in one process, so a block's row is its gain over th
     .venv/bin/python bench/facts_by_block.py --state-dir /tmp/qgstate /tmp/bt/quip_3600
 
 `--layers-of 0 5` puts back each Linear of blocks 0 and 5 alone instead (which layers a
-mixed-precision variant would keep in 16 bits).
+mixed-precision variant would keep in 16 bits). `--layer-types down_proj up_proj` puts back one
+projection in every block at once, each type alone and then all named together: the most that
+storing that type at more bits could bring (a QuIP# checkpoint only: AQLM folds its input scaling
+into the RMSNorm and up_proj, so a baseline Linear no longer fits its neighbours there).
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--layers-of", type=int, nargs="*", default=None, metavar="BLOCK",
                     help="put back each Linear of these blocks alone, not whole blocks")
+    ap.add_argument("--layer-types", nargs="*", default=None, metavar="PROJ",
+                    help="put back this projection (e.g. down_proj) in every block at once")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     conf = load_config(None)
@@ -88,6 +93,19 @@ def main() -> None:
                     quantized.set_submodule(where, copy.deepcopy(module))
                     row(f"2-bit, {where} baseline", quantized)
                     quantized.set_submodule(where, kept)
+        return
+    if args.layer_types:
+        sets = [[t] for t in args.layer_types] + ([args.layer_types] if len(args.layer_types) > 1 else [])
+        for types in sets:
+            wheres = [f"model.layers.{i}.{name}" for i, block in enumerate(baseline.model.layers)
+                      for name, m in block.named_modules()
+                      if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in types]
+            kept = {w: quantized.get_submodule(w) for w in wheres}
+            for w in wheres:
+                quantized.set_submodule(w, copy.deepcopy(baseline.get_submodule(w)))
+            row(f"2-bit, every {' + '.join(types)} baseline ({len(wheres)} Linears)", quantized)
+            for w, module in kept.items():
+                quantized.set_submodule(w, module)
         return
     blocks = quantized.model.layers
     for i in range(len(blocks)):
