@@ -84,28 +84,27 @@ def main() -> None:
 
     row("baseline", baseline)
     row("2-bit", quantized)
+    def row_with_put_back(name: str, wheres: list[str]) -> None:
+        """Score with these submodules back to the baseline's, then put the 2-bit ones back."""
+        kept = {w: quantized.get_submodule(w) for w in wheres}
+        for w in wheres:
+            quantized.set_submodule(w, copy.deepcopy(baseline.get_submodule(w)))
+        row(name, quantized)
+        for w, module in kept.items():
+            quantized.set_submodule(w, module)
+
+    linears = [f"model.layers.{i}.{name}" for i, block in enumerate(baseline.model.layers)
+               for name, m in block.named_modules() if isinstance(m, torch.nn.Linear)]
     if args.layers_of is not None:
-        for i in args.layers_of:
-            for name, module in baseline.model.layers[i].named_modules():
-                if isinstance(module, torch.nn.Linear):
-                    where = f"model.layers.{i}.{name}"
-                    kept = quantized.get_submodule(where)
-                    quantized.set_submodule(where, copy.deepcopy(module))
-                    row(f"2-bit, {where} baseline", quantized)
-                    quantized.set_submodule(where, kept)
+        for where in linears:
+            if int(where.split(".")[2]) in args.layers_of:
+                row_with_put_back(f"2-bit, {where} baseline", [where])
         return
     if args.layer_types:
         sets = [[t] for t in args.layer_types] + ([args.layer_types] if len(args.layer_types) > 1 else [])
         for types in sets:
-            wheres = [f"model.layers.{i}.{name}" for i, block in enumerate(baseline.model.layers)
-                      for name, m in block.named_modules()
-                      if isinstance(m, torch.nn.Linear) and name.rsplit(".", 1)[-1] in types]
-            kept = {w: quantized.get_submodule(w) for w in wheres}
-            for w in wheres:
-                quantized.set_submodule(w, copy.deepcopy(baseline.get_submodule(w)))
-            row(f"2-bit, every {' + '.join(types)} baseline ({len(wheres)} Linears)", quantized)
-            for w, module in kept.items():
-                quantized.set_submodule(w, module)
+            wheres = [w for w in linears if w.rsplit(".", 1)[-1] in types]
+            row_with_put_back(f"2-bit, every {' + '.join(types)} baseline ({len(wheres)} Linears)", wheres)
         return
     blocks = quantized.model.layers
     for i in range(len(blocks)):
