@@ -87,44 +87,63 @@ class _CodebookLinear(torch.nn.Module):
 
 
 class QuipLinear(_CodebookLinear):
-    """y = wscale · T_mᵀ (decode(qidxs) · T_n x) + b, T the randomized Hadamard transforms."""
+    """y = T_mᵀ (W̃ · T_n x) + b, T the randomized Hadamard transforms, W̃ = Wscale · decode(qidxs)
+    (+ Wscale_residual · decode(qidxs_residual) with `residual`: the 4-bit two-stage layers)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, *,
+                 residual: bool = False) -> None:
         super().__init__(in_features, out_features, bias)
-        self.register_buffer("qidxs", torch.zeros(out_features, in_features // 8, dtype=torch.int16))
+        self.residual = residual
+        codes = torch.zeros(out_features, in_features // 8, dtype=torch.int16)
+        self.register_buffer("qidxs", codes)
         # fp16, not int8: end-to-end fine-tuning turns the signs into real-valued scales.
         self.register_buffer("SU", torch.ones(in_features, dtype=torch.float16))
         self.register_buffer("SV", torch.ones(out_features, dtype=torch.float16))
         self.register_buffer("Wscale", torch.ones((), dtype=torch.float32))
+        if residual:
+            self.register_buffer("qidxs_residual", codes.clone())
+            self.register_buffer("Wscale_residual", torch.ones((), dtype=torch.float32))
         # Rebuilt, not stored: deterministic functions of the layer's shape.
         self.register_buffer("factor_in", small_factor(in_features), persistent=False)
         self.register_buffer("factor_out", small_factor(out_features), persistent=False)
         self.register_buffer("codebook", e8p_codebook(), persistent=False)
 
+    def stages(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(codes, scale) of each E8P stage, the first one first."""
+        first = [(self.qidxs, self.Wscale)]
+        return first + [(self.qidxs_residual, self.Wscale_residual)] if self.residual else first
+
+    def _code_basis_weight(self) -> torch.Tensor:  # W̃ [m, n] float32
+        return sum(e8p_decode_weight(q, self.codebook) * s.float() for q, s in self.stages())
+
     def decode_weight(self) -> torch.Tensor:
-        w = e8p_decode_weight(self.qidxs, self.codebook) * self.Wscale.float()  # [m, n], rotated basis
-        return _from_code_basis(w, self.SU, self.SV, self.factor_in, self.factor_out)
+        return _from_code_basis(self._code_basis_weight(), self.SU, self.SV, self.factor_in, self.factor_out)
 
     def tuning_weight(self) -> torch.Tensor:
-        """Wscale · diag(S_V) B diag(S_U) with B = H_mᵀ decode(qidxs) H_n, the same weight as
+        """diag(S_V) (Σ Wscale_k B_k) diag(S_U) with B_k = H_mᵀ decode(codes_k) H_n, the same weight as
         `decode_weight` (the signs are the last step of each inverse transform and the two act on
-        different axes), for a fraction of the cost: B depends on the codes only and is cached."""
-        key = (self.qidxs.data_ptr(), self.qidxs._version, self.qidxs.device)
+        different axes), for a fraction of the cost: the B_k depend on the codes only and are cached."""
+        key = tuple((q.data_ptr(), q._version, q.device) for q, _ in self.stages())
         if getattr(self, "_base_key", None) != key:
             with torch.no_grad():
-                w = e8p_decode_weight(self.qidxs, self.codebook)
-                ones_in, ones_out = w.new_ones(self.in_features), w.new_ones(self.out_features)
-                self._base = _from_code_basis(w, ones_in, ones_out, self.factor_in, self.factor_out)
+                ones_in, ones_out = self.SU.new_ones(self.in_features), self.SV.new_ones(self.out_features)
+                self._bases = [_from_code_basis(e8p_decode_weight(q, self.codebook), ones_in, ones_out,
+                                                self.factor_in, self.factor_out) for q, _ in self.stages()]
             self._base_key = key
-        return self.Wscale.float() * self.SV.float()[:, None] * self._base * self.SU.float()[None, :]
+        base = sum(s.float() * b for (_, s), b in zip(self.stages(), self._bases, strict=True))
+        return self.SV.float()[:, None] * base * self.SU.float()[None, :]
 
     def code_tensor(self) -> torch.Tensor:
+        """The first stage's codes: code updates move those, the residual's held as they are."""
         return self.qidxs
 
     @torch.no_grad()
     def update_codes(self, target: torch.Tensor, max_fraction: float) -> int:
-        x = _to_code_basis(target, self.SU, self.SV, self.factor_in, self.factor_out) / self.Wscale.float()
-        new, changed = e8p_reencode(x, self.qidxs, self.codebook, max_fraction=max_fraction)
+        x = _to_code_basis(target, self.SU, self.SV, self.factor_in, self.factor_out)
+        for q, s in self.stages()[1:]:  # the first stage's target: what the residual does not hold
+            x = x - e8p_decode_weight(q, self.codebook) * s.float()
+        new, changed = e8p_reencode(x / self.Wscale.float(), self.qidxs, self.codebook,
+                                    max_fraction=max_fraction)
         if changed:
             self.qidxs.copy_(new)  # bumps its version: the cached tuning base is rebuilt
         return changed
@@ -134,9 +153,12 @@ class QuipLinear(_CodebookLinear):
             return F.linear(x, self.dense.to(x.dtype), self.bias)
         if self._tuning():
             return F.linear(x, self.tuning_weight().to(x.dtype), self.bias)
-        y = _rotated_matmul(x, self.SU, self.SV, self.factor_in, self.factor_out,
-                            lambda x_rot: e8p_decode_matmul(x_rot, self.qidxs, self.codebook))
-        y = y * self.Wscale.to(x.dtype)
+
+        def codes_matmul(x_rot: torch.Tensor) -> torch.Tensor:
+            return sum(e8p_decode_matmul(x_rot, q, self.codebook) * s.to(x_rot.dtype)
+                       for q, s in self.stages())
+
+        y = _rotated_matmul(x, self.SU, self.SV, self.factor_in, self.factor_out, codes_matmul)
         return y if self.bias is None else y + self.bias
 
 

@@ -56,6 +56,8 @@ class QuipInt4CpuLinear(torch.nn.Module):
 
     def __init__(self, layer: QuipLinear) -> None:
         super().__init__()
+        if layer.residual:
+            raise ValueError("a two-stage (residual) QuIP# layer is off the int4 grid: keep it a QuipLinear")
         m, n = layer.out_features, layer.in_features
         group = next((g for g in reversed(GROUPS) if n % g == 0), None)
         if group is None:

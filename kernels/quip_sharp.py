@@ -20,6 +20,12 @@ massive activations of SmolLM2's down_proj inputs) still dominates H̃ after the
 quantized as W D with D = diag((H_jj / mean H_jj)^(p/2)) against D⁻¹ H D⁻¹ (the same loss, an
 evened-out Hessian); D⁻¹ folds into S_U, so the stored format and the forward are unchanged (the
 EXL3 observation: normalize input channels before the rotation, not after).
+
+Residual stage (`residual=True`, QuIP#'s residual vector quantization, §4.4 of the paper): what the
+first stage leaves, R = W̃/wscale − Ŵ₁, is rescaled to the codebook's RMS and rounded again, with
+BlockLDLQ against the same H̃: Ŵ = Ŵ₁ + rscale · Ŵ₂. The second pass minimizes tr((R − rscale·Ŵ₂)
+H̃ (…)ᵀ), which is the whole layer's proxy loss, so it is exact greedy two-stage rounding (the
+paper rounds both stages inside one LDLQ pass). 32 bits per 8 weights: 4 bits per weight.
 """
 
 from __future__ import annotations
@@ -45,6 +51,12 @@ class QuipLayer:
     scale: float  # the target RMS s used
     proxy_loss: float  # tr(ΔW H ΔWᵀ) / tr(W H Wᵀ) on the damped, normalized H
     nearest_loss: float  # the same for plain nearest rounding (what LDLQ must beat)
+    qidxs_residual: torch.Tensor | None = None  # [m, n/8] int16, the second stage's E8P indices
+    wscale_residual: torch.Tensor | None = None  # [] float32, wscale · rscale
+
+
+def _as_int16(idx: torch.Tensor) -> torch.Tensor:
+    return idx.to(torch.int32).to(torch.int16)  # wraps 32768..65535 to negative int16, bits kept
 
 
 def rotate_weight(W: torch.Tensor, su: torch.Tensor, sv: torch.Tensor) -> torch.Tensor:
@@ -62,10 +74,10 @@ def rotate_hessian(H: torch.Tensor, su: torch.Tensor) -> torch.Tensor:
 
 def quip_quantize_layer(
     W: torch.Tensor, H: torch.Tensor, *, seed: int, scale: float = 0.9, sigma: float = 0.01,
-    use_ldlq: bool = True, channel_power: float = 0.0,
+    use_ldlq: bool = True, channel_power: float = 0.0, residual: bool = False,
 ) -> QuipLayer:
     """Quantize W [m, n] with proxy Hessian H [n, n]; `use_ldlq=False` is plain nearest rounding
-    (the cheap path used when the time budget runs out)."""
+    (the cheap path used when the time budget runs out); `residual`: two E8P stages (4 bits)."""
     m, n = W.shape
     if n % GROUP:
         raise ValueError(f"in_features={n} is not a multiple of {GROUP} (E8P groups)")
@@ -82,13 +94,30 @@ def quip_quantize_layer(
     def nearest(block: torch.Tensor) -> torch.Tensor:  # [rows, 8k] -> nearest codewords, 8 at a time
         return e8p_quantize(block.reshape(block.shape[0], -1, GROUP)).reshape(block.shape)
 
+    def rounded(x: torch.Tensor, ldlq: bool) -> torch.Tensor:
+        return block_ldlq(x, L, nearest, block=GROUP) if ldlq else nearest(x)
+
+    def encode(x: torch.Tensor) -> torch.Tensor:  # exact: x holds codewords already
+        return _as_int16(e8p_encode(x.reshape(m, n // GROUP, GROUP)))
+
+    def two_stage(first: torch.Tensor, ldlq: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(Ŵ₁ + rscale·Ŵ₂, Ŵ₂, rscale): the second stage at the RMS the first was rounded at."""
+        rscale = (target - first).square().mean().sqrt() / scale
+        second = rounded((target - first) / rscale, ldlq)
+        return first + rscale * second, second, rscale
+
+    W_hat = rounded(target, use_ldlq)
     W_nearest = nearest(target)
-    W_hat = block_ldlq(target, L, nearest, block=GROUP) if use_ldlq else W_nearest
+    qidxs = encode(W_hat)
+    second = rscale = None
+    if residual:
+        W_hat, second, rscale = two_stage(W_hat, use_ldlq)
+        W_nearest = two_stage(W_nearest, False)[0]
     norm = proxy_loss(target, torch.zeros_like(target), H_tilde)
-    qidxs = e8p_encode(W_hat.reshape(m, n // GROUP, GROUP))  # exact: Ŵ holds codewords already
     return QuipLayer(
-        qidxs=qidxs.to(torch.int32).to(torch.int16),  # wraps 32768..65535 to negative int16, bits kept
-        su=(su / d).half(), sv=sv.half(), wscale=wscale.float(), scale=scale,
+        qidxs=qidxs, su=(su / d).half(), sv=sv.half(), wscale=wscale.float(), scale=scale,
         proxy_loss=proxy_loss(target, W_hat, H_tilde) / norm,
         nearest_loss=proxy_loss(target, W_nearest, H_tilde) / norm,
+        qidxs_residual=None if second is None else encode(second),
+        wscale_residual=None if rscale is None else (wscale * rscale).float(),
     )

@@ -13,7 +13,8 @@ Layout (a directory transformers' AutoConfig reads):
                        unquantized: in fp16), and per quantized Linear
                        `<name>.qidxs` [m, n/8] int16, `.SU` [n] f16, `.SV` [m] f16, `.Wscale` []
                        f32 (QuIP#: signs of the randomized Hadamard transforms, whose Hadamard
-                       factors are rebuilt from the shape by `kernels.hadamard.small_factor`);
+                       factors are rebuilt from the shape by `kernels.hadamard.small_factor`),
+                       plus `.qidxs_residual` and `.Wscale_residual` on a two-stage (4-bit) layer;
                        or `<name>.codes` [m, n/8, M] int8, `.codebooks` [M, 256, 1, 8] f16,
                        `.scales` [m, 1, 1, 1] f16 (AQLM; f32 before 2026-12-04, still loaded).
   tokenizer files, generation_config.json
@@ -22,6 +23,7 @@ Layout (a directory transformers' AutoConfig reads):
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -69,10 +71,11 @@ def save_codebook_checkpoint(model: torch.nn.Module, tokenizer: Any, *,
     tokenizer.save_pretrained(out)
 
 
-def _codebook_module(linear: torch.nn.Linear, qc: dict[str, Any]) -> torch.nn.Module:
+def _codebook_module(linear: torch.nn.Linear, qc: dict[str, Any], tensors: Iterable[str]) -> torch.nn.Module:
+    """The empty module for `linear`, shaped by the config and by the names of its stored `tensors`."""
     bias = linear.bias is not None
     if qc["quant_method"] == "quip_sharp":
-        return QuipLinear(linear.in_features, linear.out_features, bias)
+        return QuipLinear(linear.in_features, linear.out_features, bias, residual="qidxs_residual" in tensors)
     if qc.get("out_group_size", 1) != 1:
         raise ValueError(f"quantization_config.out_group_size={qc['out_group_size']}: only 1 is supported")
     return AqlmLinear(linear.in_features, linear.out_features, bias, num_codebooks=qc["num_codebooks"],
@@ -83,7 +86,7 @@ def _codebook_module(linear: torch.nn.Linear, qc: dict[str, Any]) -> torch.nn.Mo
 def codebook_layer(linear: torch.nn.Linear, qc: dict[str, Any], tensors: dict[str, torch.Tensor]
                    ) -> torch.nn.Module:
     """The codebook module that replaces `linear`, holding `tensors` (its checkpoint entries)."""
-    module = _codebook_module(linear, qc)
+    module = _codebook_module(linear, qc, tensors)
     bias = {} if linear.bias is None else {"bias": linear.bias.detach()}
     module.load_state_dict(tensors | bias, strict=True)
     return module
@@ -103,9 +106,10 @@ def load_codebook_model(path: str, dtype: torch.dtype = torch.float32, *, materi
     model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     skip = qc.get("modules_not_quantized") or qc.get("linear_weights_not_to_quantize") or []
     skip = [s.removesuffix(".weight") for s in skip]
-    for name, linear in target_linears(model, tuple(skip)).items():
-        model.set_submodule(name, _codebook_module(linear, qc))
     state = load_file(str(Path(path) / "model.safetensors"))
+    for name, linear in target_linears(model, tuple(skip)).items():
+        own = [key.removeprefix(f"{name}.") for key in state if key.startswith(f"{name}.")]
+        model.set_submodule(name, _codebook_module(linear, qc, own))
     missing, unexpected = model.load_state_dict(state, strict=False)
     tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
     if set(missing) - tied or unexpected:

@@ -14,6 +14,7 @@ _DTYPE_BITS = {"F64": 64, "F32": 32, "F16": 16, "BF16": 16, "I64": 64, "I32": 32
 _LINEAR_TENSORS = ("weight", "weight_packed", "weight_scale", "weight_zero_point", "weight_shape",
                    "weight_g_idx",
                    "qidxs", "SU", "SV", "Wscale",  # QuIP#: one 16-bit E8P index per 8 weights
+                   "qidxs_residual", "Wscale_residual",  # QuIP#'s second stage, where there is one
                    "codes", "codebooks", "scales")  # AQLM: M codes per 8 weights (groups of 8)
 _WEIGHTS_PER_CODE = 8  # both 2-bit formats group 8 input weights
 

@@ -118,6 +118,21 @@ def check_group_size(model: torch.nn.Module, spec: VariantSpec) -> None:
                 )
 
 
+def check_residual(model: torch.nn.Module, spec: VariantSpec) -> None:
+    """A residual stage that covers none of the model's quantized Linears is a config mistake."""
+    residual = getattr(spec, "residual", None)
+    if residual is None:
+        return
+    names = [name for name, module in model.named_modules()
+             if isinstance(module, torch.nn.Linear) and not any(i in name for i in spec.ignore)]
+    if not any(residual.covers(name) for name in names):
+        own = sorted({name.rsplit(".", 1)[-1] for name in names if ".layers." in f".{name}"})
+        raise QuantizeError(
+            f"variants[{spec.name}].residual covers none of the model's quantized Linears: projections "
+            f"{list(residual.projections)} (the blocks' own: {own}), blocks {residual.first_block}.."
+            f"{residual.last_block if residual.last_block is not None else 'last'}")
+
+
 def quantize_variant(
     spec: VariantSpec, *, model_path: str, calibration_path: str, out_dir: str, max_seq_len: int,
     threads: int,
@@ -136,6 +151,7 @@ def quantize_variant(
     model = load_causal_lm(model_path)
     tokenizer = load_tokenizer(model_path)
     check_group_size(model, spec)
+    check_residual(model, spec)
     rows = None
     if method.NEEDS_CALIBRATION:
         rows = _calibration_rows(tokenizer, calibration_path, spec.num_samples, max_seq_len)

@@ -2,7 +2,8 @@
 
 Minimizes KL(p_baseline ‖ p_quantized) of the next-token distributions over the calibration
 tokens, with the codes frozen. Trained: QuIP#'s sign vectors S_U, S_V (relaxed to real
-scales) and Wscale; AQLM's codebooks and row scales; every RMSNorm weight. The embedding
+scales) and Wscale (both stages' with a residual); AQLM's codebooks and row scales; every RMSNorm
+weight. The embedding
 (tied to lm_head) stays fixed. QuIP# (arXiv 2402.04396) §5 and AQLM (arXiv 2401.06118) §3.3
 fine-tune the same kind of parameters the same way; this is their end-to-end step only. With
 `code_fraction` > 0 the codes move too (PV-tuning's V step, `code_updates`).
@@ -42,7 +43,8 @@ def tunable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     params: list[torch.nn.Parameter] = []
     for module in model.modules():
         if isinstance(module, QuipLinear):
-            for name in ("SU", "SV", "Wscale"):  # buffers -> parameters (same state-dict keys)
+            scales = ("Wscale", "Wscale_residual") if module.residual else ("Wscale",)
+            for name in ("SU", "SV", *scales):  # buffers -> parameters (same state-dict keys)
                 setattr(module, name, torch.nn.Parameter(getattr(module, name).float()))
                 params.append(getattr(module, name))
         elif isinstance(module, AqlmLinear):
