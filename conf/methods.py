@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, TypeAdapter, model_validator
 
 from quantgate.conf.base import Strict
 
@@ -170,7 +170,10 @@ class _TwoBit(_Variant):
     resources: Resources = Resources(num_cpus=2, memory_gb=6)
 
     def weight_bits(self) -> float:
-        return 2.0  # 16-bit codes per 8 weights (E8P) or 2 x 8-bit codes per 8 weights (AQLM 2x8)
+        """16-bit codes per 8 weights (E8P) or 2 x 8-bit codes per 8 weights (AQLM 2x8); QuIP#'s
+        `residual` layers' second stage is not in it (its share depends on the model's shapes): the
+        checkpoint's measured bits per weight count it."""
+        return 2.0
 
 
 class ResidualStage(Strict):
@@ -188,6 +191,12 @@ class ResidualStage(Strict):
     first_block: Annotated[int, Field(ge=0)] = 0
     last_block: Annotated[int, Field(ge=0)] | None = Field(
         default=None, description="the last decoder block included; unset: to the end")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ResidualStage:
+        if self.last_block is not None and self.last_block < self.first_block:
+            raise ValueError(f"last_block={self.last_block} is before first_block={self.first_block}")
+        return self
 
     def covers(self, name: str) -> bool:
         """`name` (model.layers.N.mlp.down_proj) is one of the projections in a chosen block."""

@@ -154,9 +154,9 @@ class QuipLinear(_CodebookLinear):
         if self._tuning():
             return F.linear(x, self.tuning_weight().to(x.dtype), self.bias)
 
-        def codes_matmul(x_rot: torch.Tensor) -> torch.Tensor:
-            return sum(e8p_decode_matmul(x_rot, q, self.codebook) * s.to(x_rot.dtype)
-                       for q, s in self.stages())
+        def codes_matmul(x_rot: torch.Tensor) -> torch.Tensor:  # the stages summed in fp32
+            y = sum(e8p_decode_matmul(x_rot, q, self.codebook).float() * s.float() for q, s in self.stages())
+            return y.to(x_rot.dtype)
 
         y = _rotated_matmul(x, self.SU, self.SV, self.factor_in, self.factor_out, codes_matmul)
         return y if self.bias is None else y + self.bias

@@ -52,22 +52,25 @@ def _rotate(x: torch.Tensor, f: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
 class QuipInt4CpuLinear(torch.nn.Module):
     """Same function as a QuipLinear, W̃ held as int4 (4 bits per weight in memory against the
     checkpoint's 2) and multiplied by torch's packed-int4 kernel in bf16; rotations, signs, Wscale
-    in fp32. CPU only, dtypes fixed: model.to(...) leaves it as built."""
+    in fp32. A two-stage (residual) layer holds each stage as int4 (each alone is on the grid, their
+    sum is not) and adds the second's product, times Wscale_residual / Wscale in fp32. CPU only,
+    dtypes fixed: model.to(...) leaves it as built."""
 
     def __init__(self, layer: QuipLinear) -> None:
         super().__init__()
-        if layer.residual:
-            raise ValueError("a two-stage (residual) QuIP# layer is off the int4 grid: keep it a QuipLinear")
         m, n = layer.out_features, layer.in_features
         group = next((g for g in reversed(GROUPS) if n % g == 0), None)
         if group is None:
             raise ValueError(f"in_features={n}: the int4 kernel needs a multiple of 32")
         self.in_features, self.out_features, self.group = n, m, group
         full = torch.full((m, n // group), 1.0)
-        codes = e8p_int4_codes(layer.qidxs, layer.codebook)
-        int4 = pack_int4(codes, full * E8P_SCALE, full * E8P_ZERO, group)
-        self.register_buffer("packed", int4.packed)
-        self.register_buffer("scales_and_zeros", int4.scales_and_zeros)
+        stages = [pack_int4(e8p_int4_codes(q, layer.codebook), full * E8P_SCALE, full * E8P_ZERO, group)
+                  for q, _ in layer.stages()]
+        self.register_buffer("packed", stages[0].packed)
+        self.register_buffer("scales_and_zeros", stages[0].scales_and_zeros)
+        self.register_buffer("packed_residual", stages[1].packed if layer.residual else None)
+        ratio = layer.Wscale_residual.double() / layer.Wscale.double() if layer.residual else None
+        self.register_buffer("residual_ratio", None if ratio is None else ratio.float())
         f_in, f_out = layer.factor_in.double(), layer.factor_out.double()
         self.register_buffer("f_in", f_in.float())
         self.register_buffer("h_in", _hadamard(n // f_in.shape[0]))
@@ -82,8 +85,11 @@ class QuipInt4CpuLinear(torch.nn.Module):
         n, m = self.in_features, self.out_features
         x3 = x.reshape(-1, *self.su.shape).float() * self.su  # [T, m_in, p_in]
         x_rot = _rotate(x3, self.f_in, self.h_in).reshape(-1, n)
-        y_rot = int4_mm(x_rot, self.packed, self.group, self.scales_and_zeros, m)  # bf16 [T, m]
-        y = _rotate(y_rot.float().view(-1, *self.sv_scaled.shape), self.f_out_t, self.h_out) * self.sv_scaled
+        y_rot = int4_mm(x_rot, self.packed, self.group, self.scales_and_zeros, m).float()  # [T, m]
+        if self.packed_residual is not None:
+            second = int4_mm(x_rot, self.packed_residual, self.group, self.scales_and_zeros, m)
+            y_rot = y_rot + second.float() * self.residual_ratio
+        y = _rotate(y_rot.view(-1, *self.sv_scaled.shape), self.f_out_t, self.h_out) * self.sv_scaled
         y = y.reshape(*x.shape[:-1], m)
         return (y if self.bias is None else y + self.bias).to(x.dtype)
 

@@ -102,7 +102,7 @@ def quip_quantize_layer(
 
     def two_stage(first: torch.Tensor, ldlq: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(Ŵ₁ + rscale·Ŵ₂, Ŵ₂, rscale): the second stage at the RMS the first was rounded at."""
-        rscale = (target - first).square().mean().sqrt() / scale
+        rscale = (target - first).square().mean().sqrt().clamp_min(1e-12) / scale
         second = rounded((target - first) / rscale, ldlq)
         return first + rscale * second, second, rscale
 

@@ -112,13 +112,12 @@ def _codebook(path: str, method: str) -> tuple[torch.nn.Module, str]:
 
     model = load_codebook_model(path, torch.float32, materialize=False)  # fp32 signs, scales, codebooks
     if method == "quip_sharp":
-        layers = {n: m for n, m in model.named_modules() if isinstance(m, QuipLinear)}
-        # a two-stage layer's W̃ is off the int4 grid: it keeps the E8P decode-matmul
-        swapped = {n: QuipInt4CpuLinear(m) for n, m in layers.items() if not m.residual}
+        swapped = {n: QuipInt4CpuLinear(m) for n, m in model.named_modules() if isinstance(m, QuipLinear)}
         desc = ("QuIP# E8P codes transcoded losslessly to int4 (scale 0.5, zero 0.25), packed-int4 CPU "
                 "matmul in bf16, RHT and Wscale in fp32")
-        if len(swapped) < len(layers):
-            desc += f"; {len(layers) - len(swapped)} two-stage (4-bit) layers on the E8P decode-matmul"
+        two_stage = sum(m.packed_residual is not None for m in swapped.values())
+        if two_stage:
+            desc += f"; {two_stage} two-stage (4-bit) layers: one int4 matmul per stage"
     else:
         layers = {n: m for n, m in model.named_modules() if isinstance(m, AqlmLinear)}
         lut_from = AQLM_LUT_FROM_WEIGHTS

@@ -10,6 +10,7 @@ from quantgate.kernels.codebook_linear import QuipLinear
 from quantgate.kernels.ldlq import damped
 from quantgate.kernels.quip_cpu import QuipInt4CpuLinear
 from quantgate.kernels.quip_sharp import quip_quantize_layer
+from quantgate.tasks.quantize.codebook.finetune import tunable_parameters
 
 M, N = 48, 96  # not powers of two: the rotation's Kronecker factors are exercised too
 
@@ -64,7 +65,6 @@ def test_a_two_stage_layer_multiplies_tunes_and_reencodes_both_stages_consistent
     torch.testing.assert_close(module.tuning_weight(), dense, rtol=1e-4, atol=1e-6)
     module.Wscale_residual.mul_(0)  # the second stage really is in the weight
     assert (module.decode_weight() - dense).norm() > 0.05 * dense.norm()
-    module.Wscale_residual.copy_(module.Wscale_residual.new_tensor(1.0))
 
     module = _module(quip_quantize_layer(W, H, seed=2, scale=1.0, residual=True), residual=True)
     residual_codes = module.qidxs_residual.clone()
@@ -76,8 +76,29 @@ def test_a_two_stage_layer_multiplies_tunes_and_reencodes_both_stages_consistent
     assert (module.decode_weight() - target).norm() < (dense - target).norm()
 
 
-def test_the_int4_transcode_refuses_a_two_stage_layer():
+def test_tuning_reaches_both_scales_and_a_moved_second_stage_rebuilds_the_cached_base():
+    W, H = _problem(4)
+    module = _module(quip_quantize_layer(W, H, seed=4, scale=1.0, residual=True), residual=True)
+    params = tunable_parameters(module)
+    assert any(p is module.Wscale_residual for p in params) and any(p is module.Wscale for p in params)
+    x = torch.randn(6, N, generator=torch.Generator().manual_seed(5))
+    module(x).square().sum().backward()  # the tuning forward: differentiable in the scales
+    assert module.Wscale.grad.abs() > 0 and module.Wscale_residual.grad.abs() > 0
+    with torch.no_grad():
+        before = module.tuning_weight().clone()
+        module.qidxs_residual[0, 0] = module.qidxs_residual[0, 0] ^ 0x0F  # another codeword, in place
+        torch.testing.assert_close(module.tuning_weight(), module.decode_weight(), rtol=1e-4, atol=1e-6)
+        assert not torch.allclose(module.tuning_weight(), before)
+
+
+def test_the_int4_speed_path_runs_both_stages():
+    """Each stage alone is on the int4 grid: two packed matmuls, the second scaled in fp32."""
     W, H = _problem(3)
-    module = _module(quip_quantize_layer(W, H, seed=3, scale=1.0, residual=True), residual=True)
-    with pytest.raises(ValueError, match="off the int4 grid"):
-        QuipInt4CpuLinear(module)
+    layer = quip_quantize_layer(W, H, seed=3, scale=1.0, residual=True)
+    two, one = _module(layer, residual=True), _module(layer, residual=False)
+    x = torch.randn(4, N, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        want, first_only = two(x), one(x)
+        got = QuipInt4CpuLinear(two)(x)
+    assert (got - want).norm() < 0.01 * want.norm()  # bf16 inside the int4 matmul
+    assert (first_only - want).norm() > 10 * (got - want).norm()  # the second stage is really there
