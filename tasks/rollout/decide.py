@@ -1,7 +1,8 @@
 """What a step's analysis means for the rollout, with Argo Rollouts' limits. Each step is one analysis
 run: its windows' measurements are counted per metric.
 
-- a metric failed more than `failure_limit` times → failed (roll back);
+- a metric failed more than `failure_limit` times → failed (roll back), naming every metric that
+  did (a garbled canary is often slower too: the judge's verdict must not hide behind latency's);
 - a metric errored more than `consecutive_error_limit` times in a row → failed;
 - the last window has an error → repeat the window at the same weight;
 - the last window has an inconclusive metric: repeat while that metric's inconclusive count is at
@@ -27,6 +28,7 @@ Outcome = Literal["passed", "failed", "inconclusive", "repeat"]
 class StepDecision:
     outcome: Outcome
     reason: str
+    failed_metrics: tuple[str, ...] = ()  # the metrics whose failures decided a "failed" outcome
 
 
 def _trailing_errors(windows: list[list[Measurement]], metric: str) -> int:
@@ -43,9 +45,9 @@ def decide_step(windows: list[list[Measurement]], conf: RolloutConf) -> StepDeci
     if not windows or not windows[-1]:
         raise ValueError("decide_step: no measurement to decide on")
     failed = Counter(m.metric for w in windows for m in w if m.phase == "failed")
-    for m in windows[-1]:
-        if failed[m.metric] > conf.failure_limit:
-            return StepDecision("failed", f"{m.metric}: {m.reason}")
+    if over := [m for m in windows[-1] if failed[m.metric] > conf.failure_limit]:
+        return StepDecision("failed", "; ".join(f"{m.metric}: {m.reason}" for m in over),
+                            tuple(m.metric for m in over))
     for m in windows[-1]:
         if (n := _trailing_errors(windows, m.metric)) > conf.consecutive_error_limit:
             return StepDecision("failed", f"{m.metric}: measurement errored {n} times in a row: {m.reason}")

@@ -111,7 +111,8 @@ def run_step(config: PipelineConfig, ctx: RolloutContext, k: int, base_url: str,
               f"{w.wall_s:.0f} s {w.statuses}; " + "; ".join(f"{m.metric} {m.phase}" for m in w.measurements)
               + f" -> {decision.outcome}", flush=True)
         if decision.outcome != "repeat":
-            record(ctx, "decision", step=k, outcome=decision.outcome, reason=decision.reason)
+            record(ctx, "decision", step=k, outcome=decision.outcome, reason=decision.reason,
+                   failed_metrics=list(decision.failed_metrics))
             return decision.outcome
 
 

@@ -41,7 +41,8 @@ def test_gpu_twobit_dry_run_quantizes_both_methods_and_benches_them(tmp_path):
 @pytest.mark.timeout(300)
 def test_gpu_layers_and_kernels_dry_runs(tmp_path):
     layers = str(tmp_path / "layers.json")
-    _run("gpu_layers.py", "--layers", "1", "--repeats", "1", "--out", layers, cwd=tmp_path)
+    _run("gpu_layers.py", "--layers", "1", "--repeats", "1", "--new-tokens", "4", "--out", layers,
+         cwd=tmp_path)
     rows = json.loads((tmp_path / "layers.json").read_text())["rows"]
     kinds = ("dense", "quip", "quip", "aqlm", "aqlm_rht")
     assert [(r["model"], r["batch"]) for r in rows] == [(m, b) for m in kinds for b in (1, 32)]

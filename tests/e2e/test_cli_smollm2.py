@@ -203,7 +203,8 @@ def test_garbage_answers_the_judge_rates_worse_roll_back_at_the_first_step(run):
     assert [e["weight"] for e in log if e["event"] == "step"] == [0.25]  # no step after the first
     decision = [e for e in log if e["event"] == "decision"][-1]
     assert decision["step"] == 0 and decision["outcome"] == "failed"
-    assert decision["reason"].startswith("judge")
+    # Random tokens run to max_tokens, so on a loaded machine latency can fail beside the judge.
+    assert "judge" in decision["failed_metrics"], decision["reason"]
     judged = [e for e in log if e["event"] == "window"][-1]["measurements"]
     verdict = next(m for m in judged if m["metric"] == "judge")["value"]
     assert verdict["losses"] >= 4 and verdict["wins"] == 0

@@ -18,7 +18,14 @@ def test_all_successful_passes():
 
 def test_one_failure_fails_with_failure_limit_zero_even_if_others_pass():
     d = decide_step([[m("error_rate", "successful"), m("latency", "failed")]], RolloutConf())
-    assert d.outcome == "failed" and d.reason.startswith("latency")
+    assert d.outcome == "failed" and d.reason.startswith("latency") and d.failed_metrics == ("latency",)
+
+
+def test_every_metric_that_failed_is_named_not_only_the_first():
+    d = decide_step([[m("error_rate", "successful"), m("latency", "failed"), m("judge", "failed")]],
+                    RolloutConf())
+    assert d.outcome == "failed" and d.failed_metrics == ("latency", "judge")
+    assert "latency failed" in d.reason and "judge failed" in d.reason
 
 
 def test_failure_limit_allows_that_many_failures():
