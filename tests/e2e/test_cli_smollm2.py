@@ -210,4 +210,5 @@ def test_garbage_answers_the_judge_rates_worse_roll_back_at_the_first_step(run):
     assert verdict["losses"] >= 4 and verdict["wins"] == 0
     assert [e["event"] for e in log][-2:] == ["rolling_back", "rolled_back"]
     version = client.get_model_version("smollm2-135m-instruct", before["canary"])
-    assert version.tags["rollout.rolled_back"].startswith("step 1 (25 %) failed: judge")
+    tag = version.tags["rollout.rolled_back"]
+    assert tag.startswith("step 1 (25 %) failed: ") and "judge: canary 0 wins" in tag, tag
