@@ -6,6 +6,13 @@ DRAM, against fp32, 2.6-2.9x for native against 1.2-1.5x for oneDNN (SmolLM2's l
 against 6.7 ms, fp32 10 ms). For more tokens oneDNN's GEMM wins, so only single-token calls switch.
 Under torch.compile it is a plain Linear: turn oneDNN off around a compiled batch-1 decode instead.
 
+Where oneDNN has no bf16 kernels (AVX2-only CPUs: AMD EPYC Milan, `torch.ops.mkldnn.
+_is_mkldnn_bf16_supported()` false), torch's fallback bf16 GEMM is slow: a 55-token prefill through
+a 576 -> 1536 layer took 9.9 ms against 1.3 ms in fp32 (1 thread), so prefill in bf16 made a
+dequantized FP8 canary's first token 5x later than the fp32 champion's. There, multi-token calls
+compute in fp32 on an upcast of the weight (1.5 ms) and round the output to bf16; the single-token
+GEMV stays bf16 (1.4x fp32's decode speed on that CPU: it reads half the bytes).
+
 The reference is `torch.nn.Linear.forward` itself: the same op, only the backend differs.
 """
 
@@ -13,13 +20,22 @@ from __future__ import annotations
 
 import torch
 
+ONEDNN_BF16 = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+"""oneDNN has bf16 kernels on this CPU (AVX-512 or AMX): multi-token bf16 calls are fast there."""
+
 
 class Bf16Linear(torch.nn.Linear):
-    """nn.Linear whose single-token calls (batch-1 decode) run with oneDNN switched off."""
+    """nn.Linear whose single-token calls (batch-1 decode) run with oneDNN switched off, and whose
+    multi-token calls run in fp32 where oneDNN has no bf16 kernels."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() != self.in_features or torch.compiler.is_compiling():  # no graph break per layer
+        if torch.compiler.is_compiling():  # a plain Linear: no graph break per layer
             return super().forward(x)
+        if x.numel() != self.in_features:
+            if ONEDNN_BF16 or x.dtype != torch.bfloat16:
+                return super().forward(x)
+            bias = None if self.bias is None else self.bias.float()
+            return torch.nn.functional.linear(x.float(), self.weight.float(), bias).to(x.dtype)
         was = torch._C._get_mkldnn_enabled()
         torch._C._set_mkldnn_enabled(False)
         try:

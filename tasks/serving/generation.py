@@ -135,7 +135,9 @@ class Generator:
         step = ids
         with torch.inference_mode():
             for _ in range(p.max_tokens):
-                res = self.model(input_ids=step, past_key_values=past, use_cache=True)
+                # Logits at the last position only, as generate() does: the prompt's other rows of
+                # the 49k-wide head cost 15 % of a 55-token prefill (SmolLM2 fp32, 282 -> 243 ms).
+                res = self.model(input_ids=step, past_key_values=past, use_cache=True, logits_to_keep=1)
                 past = res.past_key_values
                 nxt = self._pick(res.logits[0, -1], p, gen)
                 if nxt in self.eos:

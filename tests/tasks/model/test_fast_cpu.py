@@ -82,6 +82,24 @@ def test_bf16_linear_runs_one_token_without_onednn_and_restores_the_flag():
     assert torch.backends.mkldnn.enabled
 
 
+@pytest.mark.parametrize("onednn_bf16", [True, False])
+def test_bf16_linear_prefills_in_fp32_where_onednn_has_no_bf16_kernels(monkeypatch, onednn_bf16):
+    """AVX2-only CPUs: torch's fallback bf16 GEMM made a 55-token prefill 5x slower than fp32."""
+    monkeypatch.setattr("quantgate.kernels.bf16_cpu.ONEDNN_BF16", onednn_bf16)
+    bf16_gemms = []
+    plain_forward = torch.nn.Linear.forward
+    monkeypatch.setattr(torch.nn.Linear, "forward",
+                        lambda self, x: bf16_gemms.append(x.shape) or plain_forward(self, x))
+    layer = native_gemv(torch.nn.Linear(64, 48, dtype=torch.bfloat16))
+    x = torch.randn(2, 7, 64, dtype=torch.bfloat16)
+    fp32 = torch.nn.functional.linear(x.float(), layer.weight.float(), layer.bias.float())
+    with torch.no_grad():
+        y = layer(x)
+    assert y.dtype == torch.bfloat16
+    torch.testing.assert_close(y.float(), fp32, rtol=1e-2, atol=1e-2)
+    assert bf16_gemms == ([x.shape] if onednn_bf16 else [])  # the bf16 GEMM only where oneDNN has one
+
+
 @pytest.mark.parametrize("spec, words", [
     ({"name": "r", "method": "int4_rtn", "group_size": 32}, ("int4 g32 sym", "packed-int4")),
     ({"name": "a", "method": "int4_awq", "group_size": 32, "num_samples": 4, "n_grid": 4},
