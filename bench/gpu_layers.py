@@ -91,6 +91,8 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--out", type=Path, default=Path("gpu_layers.json"))
     args = ap.parse_args()
+    if args.new_tokens < 1:
+        ap.error("--new-tokens: decode at least one token")
     dtype = torch.bfloat16
     rows = []
     dense_max = hadamard.DENSE_FWHT_MAX
@@ -110,7 +112,8 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
         del model
     hadamard.DENSE_FWHT_MAX = dense_max
-    args.out.write_text(json.dumps({"layers": args.layers, "device": args.device, "rows": rows}, indent=1))
+    args.out.write_text(json.dumps({"layers": args.layers, "device": args.device,
+                                    "new_tokens": args.new_tokens, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -50,7 +50,8 @@ def decide_step(windows: list[list[Measurement]], conf: RolloutConf) -> StepDeci
                             tuple(m.metric for m in over))
     for m in windows[-1]:
         if (n := _trailing_errors(windows, m.metric)) > conf.consecutive_error_limit:
-            return StepDecision("failed", f"{m.metric}: measurement errored {n} times in a row: {m.reason}")
+            return StepDecision("failed", f"{m.metric}: measurement errored {n} times in a row: {m.reason}",
+                                (m.metric,))
     if errors := [m for m in windows[-1] if m.phase == "error"]:
         return StepDecision("repeat", "; ".join(f"{m.metric}: {m.reason}" for m in errors))
     inconclusive = Counter(m.metric for w in windows for m in w if m.phase == "inconclusive")

@@ -93,8 +93,8 @@ def run_step(config: PipelineConfig, ctx: RolloutContext, k: int, base_url: str,
     began = _log(ctx).last("started", "restarted")  # this process's part of the rollout began here
     while True:
         if registry.alias_version(client, ctx.registered_model, registry.CANARY) != ctx.canary_version:
-            record(ctx, "decision", step=k, outcome="failed", reason="the `canary` alias was removed "
-                   "(a person rolled back)")
+            record(ctx, "decision", step=k, outcome="failed", failed_metrics=[],
+                   reason="the `canary` alias was removed (a person rolled back)")
             return "failed"
         w = run_window(base_url=base_url, model_name=ctx.served_names[0], prompts=prompts, weight=weight,
                        step_index=k, conf=conf, log_dir=ctx.log_dir, judge=judge, api_key=api_key,

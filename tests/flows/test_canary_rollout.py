@@ -83,7 +83,7 @@ def test_misbehaving_canary_rolls_back_at_the_first_failing_step(tmp_path, tiny_
     assert aliases(client, "tiny") == {"champion": "1", "canary": None, "previous-champion": None}
     log = rollout_log(tmp_path)
     decisions = [e for e in log if e["event"] == "decision"]
-    assert decisions[-1]["outcome"] == "failed" and decisions[-1]["reason"].startswith(metric)
+    assert decisions[-1]["outcome"] == "failed" and metric in decisions[-1]["failed_metrics"]
     failed_at = decisions[-1]["step"]
     assert all(e["step"] <= failed_at for e in log if e["event"] == "step")  # no step after the failure
     assert [e["event"] for e in log][-2:] == ["rolling_back", "rolled_back"]

@@ -8,7 +8,7 @@ import torch
 from pydantic import TypeAdapter
 
 from quantgate.conf.methods import VariantSpec
-from quantgate.kernels.bf16_cpu import Bf16Linear, native_gemv
+from quantgate.kernels.bf16_cpu import Bf16Linear, fp32_linear_chunked, native_gemv
 from quantgate.kernels.codebook_linear import AqlmLinear
 from quantgate.kernels.int4_cpu import Int4CpuLinear, dequantize
 from quantgate.kernels.quip_cpu import QuipInt4CpuLinear
@@ -98,6 +98,16 @@ def test_bf16_linear_prefills_in_fp32_where_onednn_has_no_bf16_kernels(monkeypat
     assert y.dtype == torch.bfloat16
     torch.testing.assert_close(y.float(), fp32, rtol=1e-2, atol=1e-2)
     assert bf16_gemms == ([x.shape] if onednn_bf16 else [])  # the bf16 GEMM only where oneDNN has one
+
+
+def test_fp32_linear_upcasts_block_by_block_to_the_whole_weights_result(monkeypatch):
+    monkeypatch.setattr("quantgate.kernels.bf16_cpu.FP32_CHUNK", 64 * 5)  # 5 of 48 rows a block: a ragged end
+    layer = torch.nn.Linear(64, 48, dtype=torch.bfloat16)
+    x = torch.randn(3, 4, 64, dtype=torch.bfloat16)
+    whole = torch.nn.functional.linear(x.float(), layer.weight.float(), layer.bias.float())
+    y = fp32_linear_chunked(x, layer.weight, layer.bias)
+    assert y.dtype == torch.bfloat16 and y.shape == (3, 4, 48)
+    torch.testing.assert_close(y.float(), whole, rtol=2**-8, atol=1e-5)  # one bf16 rounding of the same sum
 
 
 @pytest.mark.parametrize("spec, words", [

@@ -53,4 +53,5 @@ def test_errors_repeat_until_the_consecutive_limit():
     conf = RolloutConf(consecutive_error_limit=2)
     assert decide_step([err, err], conf).outcome == "repeat"
     assert decide_step([err, err, err], conf).outcome == "failed"
+    assert decide_step([err, err, err], conf).failed_metrics == ("judge",)
     assert decide_step([err, OK + [m("judge", "successful")], err], conf).outcome == "repeat"
