@@ -1,6 +1,6 @@
 """A dequantized FP8 variant's multi-token bf16 Linears on CPU, three ways, against the fp32
 baseline: prefill of a 55-token prompt (logits at its last position, as serving takes them) and one
-batch-8 decode step after 32-token prompts, through `load_for_speed`, medians of 7.
+batch-8 decode step after 32-token prompts, through `load_for_speed`, medians of 7 after 3 warm-ups.
 
 The three ways (`kernels/bf16_cpu.Bf16Linear`): torch's bf16 GEMM (oneDNN's where it has bf16
 kernels, torch's fallback where it has none: AVX2-only CPUs), fp32 on the whole weight upcast per
@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
-import time
 from pathlib import Path
 
 import torch
+from gpu_kernels import median_ms  # bench/ is on sys.path: this script runs from there
 
 from quantgate.kernels import bf16_cpu
 from quantgate.tasks.model.fast_cpu import load_for_speed
@@ -27,16 +26,6 @@ from quantgate.tasks.model.fast_cpu import load_for_speed
 def _whole_upcast(x, weight, bias):
     bias = None if bias is None else bias.float()
     return torch.nn.functional.linear(x.float(), weight.float(), bias).to(x.dtype)
-
-
-def _median_ms(fn, n: int = 7) -> float:
-    fn()
-    times = []
-    for _ in range(n):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def _one(state: Path, pattern: str) -> Path:
@@ -48,11 +37,11 @@ def _one(state: Path, pattern: str) -> Path:
 
 def _time(model, prompt: torch.Tensor, prompts8: torch.Tensor) -> tuple[float, float]:
     """(prefill ms, batch-8 decode step ms)."""
-    prefill = _median_ms(lambda: model(input_ids=prompt, use_cache=True, logits_to_keep=1))
+    prefill = median_ms(lambda: model(input_ids=prompt, use_cache=True, logits_to_keep=1), 7, "cpu")
     out = model(input_ids=prompts8, use_cache=True, logits_to_keep=1)
     nxt = out.logits[:, -1:].argmax(-1)
-    step = _median_ms(lambda: model(input_ids=nxt, past_key_values=copy.deepcopy(out.past_key_values),
-                                    use_cache=True, logits_to_keep=1))
+    step = median_ms(lambda: model(input_ids=nxt, past_key_values=copy.deepcopy(out.past_key_values),
+                                   use_cache=True, logits_to_keep=1), 7, "cpu")
     return prefill, step
 
 
