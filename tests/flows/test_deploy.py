@@ -218,6 +218,8 @@ def test_the_uis_show_the_runs_in_a_real_browser(deployed):
 
         page.goto(f"{ui}/artifacts")
         page.get_by_text("gate-report").first.wait_for()
+        # The cards' descriptions go through a markdown renderer that paints after the keys.
+        page.get_by_text("canary rollout of int4_gptq:").first.wait_for()
         body = page.inner_text("body")
         assert "drift-report" in body and "canary rollout of int4_gptq: promoted" in body, body[:2000]
         assert "variants-progress" in body, body[:2000]  # the long stage's progress artifact
