@@ -10,9 +10,9 @@ Where oneDNN has no bf16 kernels (AVX2-only CPUs: AMD EPYC Milan, `torch.ops.mkl
 _is_mkldnn_bf16_supported()` false), torch's fallback bf16 GEMM is slow: a 55-token prefill through
 a 576 -> 1536 layer took 9.9 ms against 1.3 ms in fp32 (1 thread), so prefill in bf16 made a
 dequantized FP8 canary's first token 5x later than the fp32 champion's. There, multi-token calls
-(prefill, batched decode) compute in fp32 on the weight upcast a block of rows at a time (1.5 ms)
-and round the output to bf16; the single-token GEMV stays bf16 (1.4x fp32's decode speed on that
-CPU: it reads half the bytes).
+(prefill; batched decode from 4 tokens on one thread, 16 on two: `fp32_pays`) compute in fp32 on
+the weight upcast a block of rows at a time (1.5 ms) and round the output to bf16; the single-token
+GEMV stays bf16 (1.4x fp32's decode speed on that CPU: it reads half the bytes).
 
 The reference is `torch.nn.Linear.forward` itself: the same op, only the backend differs.
 """
@@ -42,7 +42,7 @@ class Bf16Linear(torch.nn.Linear):
         if torch.compiler.is_compiling():  # a plain Linear: no graph break per layer
             return super().forward(x)
         if x.numel() != self.in_features:
-            if ONEDNN_BF16 or x.dtype != torch.bfloat16:
+            if ONEDNN_BF16 or x.dtype != torch.bfloat16 or not fp32_pays(x.numel() // self.in_features):
                 return super().forward(x)
             return fp32_linear_chunked(x, self.weight, self.bias)
         was = torch._C._get_mkldnn_enabled()
@@ -51,6 +51,21 @@ class Bf16Linear(torch.nn.Linear):
             return super().forward(x)
         finally:
             torch._C._set_mkldnn_enabled(was)
+
+
+FP32_MIN_TOKENS = {1: 4, 2: 16}
+"""Where oneDNN has no bf16 kernels, the fewest tokens from which fp32 by row blocks beats torch's
+fallback bf16 GEMM, by thread count. On the AVX2 EPYC, the FP8 variant's five Linear shapes (SmolLM2),
+the two paths called in turn (`bench/bf16_cpu_paths.py`), bf16 time over fp32's: one thread,
+2 tokens x0.61-1.01, 4 tokens x1.11-1.65; two threads, 8 tokens x0.66-0.84, 16 tokens x1.11-1.51.
+The bf16 fallback spreads over threads where the small fp32 blocks do not. Past two threads (not
+measured) two threads' threshold holds: a prompt's prefill stays fp32 (x3.5 at 64 tokens there)."""
+
+
+def fp32_pays(tokens: int) -> bool:
+    """A multi-token bf16 call of `tokens` rows runs faster in fp32 by row blocks than in torch's
+    fallback bf16 GEMM, at this thread count."""
+    return tokens >= FP32_MIN_TOKENS[min(torch.get_num_threads(), 2)]
 
 
 FP32_CHUNK = 1 << 20

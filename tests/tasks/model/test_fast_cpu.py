@@ -8,7 +8,7 @@ import torch
 from pydantic import TypeAdapter
 
 from quantgate.conf.methods import VariantSpec
-from quantgate.kernels.bf16_cpu import Bf16Linear, fp32_linear_chunked, native_gemv
+from quantgate.kernels.bf16_cpu import FP32_MIN_TOKENS, Bf16Linear, fp32_linear_chunked, native_gemv
 from quantgate.kernels.codebook_linear import AqlmLinear
 from quantgate.kernels.int4_cpu import Int4CpuLinear, dequantize
 from quantgate.kernels.quip_cpu import QuipInt4CpuLinear
@@ -91,13 +91,34 @@ def test_bf16_linear_prefills_in_fp32_where_onednn_has_no_bf16_kernels(monkeypat
     monkeypatch.setattr(torch.nn.Linear, "forward",
                         lambda self, x: bf16_gemms.append(x.shape) or plain_forward(self, x))
     layer = native_gemv(torch.nn.Linear(64, 48, dtype=torch.bfloat16))
-    x = torch.randn(2, 7, 64, dtype=torch.bfloat16)
+    x = torch.randn(2, 27, 64, dtype=torch.bfloat16)  # a prompt's prefill: fp32 pays on any thread count
     fp32 = torch.nn.functional.linear(x.float(), layer.weight.float(), layer.bias.float())
     with torch.no_grad():
         y = layer(x)
     assert y.dtype == torch.bfloat16
     torch.testing.assert_close(y.float(), fp32, rtol=1e-2, atol=1e-2)
     assert bf16_gemms == ([x.shape] if onednn_bf16 else [])  # the bf16 GEMM only where oneDNN has one
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_bf16_linear_keeps_small_batches_in_bf16_where_that_is_faster(monkeypatch, threads):
+    """Without oneDNN's bf16, torch's bf16 fallback beats fp32 by row blocks below a few tokens a
+    thread (batch-2 decode on two threads: 51 against 134 ms): the path follows the token count."""
+    monkeypatch.setattr("quantgate.kernels.bf16_cpu.ONEDNN_BF16", False)
+    upcasts = []
+    monkeypatch.setattr("quantgate.kernels.bf16_cpu.fp32_linear_chunked",
+                        lambda x, w, b: upcasts.append(x.shape))
+    layer = native_gemv(torch.nn.Linear(64, 48, dtype=torch.bfloat16))
+    least = FP32_MIN_TOKENS[min(threads, 2)]
+    was = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            for tokens in (1, 2, least - 1, least, 64):
+                layer(torch.randn(tokens, 1, 64, dtype=torch.bfloat16))  # batched decode: a token a row
+    finally:
+        torch.set_num_threads(was)
+    assert upcasts == [(least, 1, 64), (64, 1, 64)]
 
 
 def test_fp32_linear_upcasts_block_by_block_to_the_whole_weights_result(monkeypatch):
