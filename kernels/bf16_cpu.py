@@ -36,7 +36,7 @@ ONEDNN_BF16 = _onednn_has_bf16()
 
 class Bf16Linear(torch.nn.Linear):
     """nn.Linear whose single-token calls (batch-1 decode) run with oneDNN switched off, and whose
-    multi-token calls run in fp32 where oneDNN has no bf16 kernels."""
+    multi-token calls run in fp32 where oneDNN has no bf16 kernels and there are tokens enough."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.compiler.is_compiling():  # a plain Linear: no graph break per layer
@@ -54,12 +54,14 @@ class Bf16Linear(torch.nn.Linear):
 
 
 FP32_MIN_TOKENS = {1: 4, 2: 16}
-"""Where oneDNN has no bf16 kernels, the fewest tokens from which fp32 by row blocks beats torch's
-fallback bf16 GEMM, by thread count. On the AVX2 EPYC, the FP8 variant's five Linear shapes (SmolLM2),
-the two paths called in turn (`bench/bf16_cpu_paths.py`), bf16 time over fp32's: one thread,
-2 tokens x0.61-1.01, 4 tokens x1.11-1.65; two threads, 8 tokens x0.66-0.84, 16 tokens x1.11-1.51.
-The bf16 fallback spreads over threads where the small fp32 blocks do not. Past two threads (not
-measured) two threads' threshold holds: a prompt's prefill stays fp32 (x3.5 at 64 tokens there)."""
+"""Where oneDNN has no bf16 kernels, the fewest tokens from which a call runs in fp32 by row blocks
+rather than torch's fallback bf16 GEMM, by thread count. On the AVX2 EPYC, the FP8 variant of
+SmolLM2, the paths called in turn (`bench/bf16_cpu_paths.py`, two runs each): one thread, a batch-8
+decode step 116-130 ms against 251-285 in bf16, batch 2 about even (80-101 against 76-86); two
+threads, batch 8 turns to bf16 (182-194 against 160-167 ms), batch 2 too (83-134 against 51-57), and
+per layer fp32 wins every shape from 16 tokens (bf16's time x1.11-2.94). The bf16 fallback spreads
+over threads where the small fp32 blocks do not. Past two threads (not measured) two threads'
+threshold holds: a prompt's prefill stays fp32 (bf16 x2.9-3.9 its time at 64 tokens there)."""
 
 
 def fp32_pays(tokens: int) -> bool:
