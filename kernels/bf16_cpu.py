@@ -9,10 +9,11 @@ Under torch.compile it is a plain Linear: turn oneDNN off around a compiled batc
 Where oneDNN has no bf16 kernels (AVX2-only CPUs: AMD EPYC Milan, `torch.ops.mkldnn.
 _is_mkldnn_bf16_supported()` false), torch's fallback bf16 GEMM is slow: a 55-token prefill through
 a 576 -> 1536 layer took 9.9 ms against 1.3 ms in fp32 (1 thread), so prefill in bf16 made a
-dequantized FP8 canary's first token 5x later than the fp32 champion's. There, multi-token calls
-(prefill; batched decode from 4 tokens on one thread, 16 on two: `fp32_pays`) compute in fp32 on
-the weight upcast a block of rows at a time (1.5 ms) and round the output to bf16; the single-token
-GEMV stays bf16 (1.4x fp32's decode speed on that CPU: it reads half the bytes).
+dequantized FP8 canary's first token 5x later than the fp32 champion's. There, calls of 4 tokens
+and more on one thread, 16 on two (`fp32_pays`: a prompt's prefill, larger batched decode) compute
+in fp32 on the weight upcast a block of rows at a time (1.5 ms) and round the output to bf16; fewer
+tokens stay in bf16, and so does the single-token GEMV (1.4x fp32's decode speed on that CPU: it
+reads half the bytes).
 
 The reference is `torch.nn.Linear.forward` itself: the same op, only the backend differs.
 """
@@ -56,12 +57,12 @@ class Bf16Linear(torch.nn.Linear):
 FP32_MIN_TOKENS = {1: 4, 2: 16}
 """Where oneDNN has no bf16 kernels, the fewest tokens from which a call runs in fp32 by row blocks
 rather than torch's fallback bf16 GEMM, by thread count. On the AVX2 EPYC, the FP8 variant of
-SmolLM2, the paths called in turn (`bench/bf16_cpu_paths.py`, two runs each): one thread, a batch-8
-decode step 116-130 ms against 251-285 in bf16, batch 2 about even (80-101 against 76-86); two
-threads, batch 8 turns to bf16 (182-194 against 160-167 ms), batch 2 too (83-134 against 51-57), and
-per layer fp32 wins every shape from 16 tokens (bf16's time x1.11-2.94). The bf16 fallback spreads
-over threads where the small fp32 blocks do not. Past two threads (not measured) two threads'
-threshold holds: a prompt's prefill stays fp32 (bf16 x2.9-3.9 its time at 64 tokens there)."""
+SmolLM2, one decode step, the paths called in turn (`bench/bf16_cpu_paths.py`): one thread, batch 2
+bf16 73 ms against fp32 80, batch 8 264 against 140; two threads, batch 8 150 against 192, batch 16
+293 against 214. Per layer on one thread, fp32 wins every shape from 4 tokens. The bf16 fallback
+spreads over two threads where the small fp32 blocks do not. More threads take two threads' value
+(not measured; likely low for batched decode there): a prompt's prefill stays fp32, which takes a
+third of bf16's time at 55 tokens on two threads."""
 
 
 def fp32_pays(tokens: int) -> bool:

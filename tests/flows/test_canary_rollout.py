@@ -1,7 +1,8 @@
 """`quantgate rollout` as a user runs it, on a real Ray Serve app (tiny models), real MLflow, a real
 Prefect server: a good canary is promoted; injected errors and latency roll back at the first
 failing step; promote and rollback twice change nothing the second time; a second concurrent
-rollout is refused; a rollout killed with -9 mid-step and started again ends consistent."""
+rollout is refused; a rollout killed with -9 mid-step and started again ends consistent; a person's
+rollback during a rollout stops it before its next window."""
 
 import json
 import os
@@ -129,6 +130,40 @@ def test_second_rollout_refused_and_kill_minus_9_resumes(tmp_path, tiny_model):
     assert sum(e["event"] == "started" for e in log) == 1  # the same rollout, resumed
     assert [e["event"] for e in log][-1] == "promoted"
     assert aliases(client, "tiny") == {"champion": "2", "canary": None, "previous-champion": "1"}
+
+
+def test_a_person_rolls_back_a_running_rollout_and_it_stops_before_its_next_window(tmp_path, tiny_model):
+    """`quantgate rollback` while the canary is being measured: `promote` is refused (the rollout
+    promotes itself), `rollback` removes the `canary` alias at once, and the rollout fails the step it
+    is in before its next window and rolls itself back. The first window is paced (48 requests at
+    3/s, ~16 s) so that both commands land inside the rollout."""
+    conf, client = state_for(tmp_path, tiny_model, window_canary_requests=12, window_max_requests=400,
+                             replay_concurrency=1, replay_rate_per_s=3, shadow_share=0.0)
+    first = subprocess.Popen([EXE, "rollout", "--config", str(conf), "--variant", "good"], env=cli_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not any(e["event"] == "step" for e in _safe_log(tmp_path)):
+            assert first.poll() is None and time.monotonic() < deadline, "the rollout never took a step"
+            time.sleep(0.5)
+        promote = quantgate("promote", "--config", str(conf))
+        assert promote.returncode == 1 and "it promotes itself" in promote.stderr, promote.stderr
+        back = quantgate("rollback", "--config", str(conf))
+        assert back.returncode == 0 and "`canary` alias removed" in back.stdout, back.stdout + back.stderr
+        printed, _ = first.communicate(timeout=300)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    assert first.returncode == 3, printed[-3000:]
+    log = rollout_log(tmp_path)
+    (decision,) = [e for e in log if e["event"] == "decision" and e["outcome"] != "passed"]
+    assert decision["outcome"] == "failed" and "alias was removed" in decision["reason"]
+    assert decision["failed_metrics"] == []  # no metric failed: a person decided
+    assert [e["step"] for e in log if e["event"] == "step"][-1] == decision["step"]  # no step after it
+    assert [e["event"] for e in log][-2:] == ["rolling_back", "rolled_back"]
+    assert aliases(client, "tiny") == {"champion": "1", "canary": None, "previous-champion": None}
+    assert rollout_run(client).data.tags["rollout.outcome"] == "rolled_back"
 
 
 def _safe_log(tmp_path: Path) -> list[dict]:

@@ -102,8 +102,8 @@ def test_bf16_linear_prefills_in_fp32_where_onednn_has_no_bf16_kernels(monkeypat
 
 @pytest.mark.parametrize("threads", [1, 2, 4])
 def test_bf16_linear_keeps_small_batches_in_bf16_where_that_is_faster(monkeypatch, threads):
-    """Without oneDNN's bf16, torch's bf16 fallback beats fp32 by row blocks below a few tokens a
-    thread (batch-2 decode on two threads: 51 against 134 ms): the path follows the token count."""
+    """Without oneDNN's bf16, torch's bf16 fallback beats fp32 by row blocks below 4 tokens on one
+    thread and 16 on two (a batch-8 decode step on two threads: 150 against 192 ms)."""
     monkeypatch.setattr("quantgate.kernels.bf16_cpu.ONEDNN_BF16", False)
     upcasts = []
     monkeypatch.setattr("quantgate.kernels.bf16_cpu.fp32_linear_chunked",
