@@ -103,14 +103,9 @@ def test_second_rollout_refused_and_kill_minus_9_resumes(tmp_path, tiny_model):
     raw = yaml.safe_load(conf.read_text())
     raw["rollout"] |= {"window_canary_requests": 4, "window_max_requests": 48, "replay_rate_per_s": 0}
     (again := tmp_path / "again.yaml").write_text(yaml.safe_dump(raw))
-    first = subprocess.Popen([EXE, "rollout", "--config", str(conf), "--variant", "good"], env=cli_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+    first = _rollout_in_background(conf)
     try:
-        deadline = time.monotonic() + 300
-        while not any(e["event"] == "step" for e in _safe_log(tmp_path)):
-            assert first.poll() is None and time.monotonic() < deadline, "the first rollout never took a step"
-            time.sleep(1)
+        _wait_for_a_step(first, tmp_path)
         second = quantgate("rollout", "--config", str(conf), "--variant", "good")
         assert second.returncode == 1 and "another rollout of this model is running" in second.stderr
         assert first.poll() is None
@@ -139,14 +134,9 @@ def test_a_person_rolls_back_a_running_rollout_and_it_stops_before_its_next_wind
     3/s, ~16 s) so that both commands land inside the rollout."""
     conf, client = state_for(tmp_path, tiny_model, window_canary_requests=12, window_max_requests=400,
                              replay_concurrency=1, replay_rate_per_s=3, shadow_share=0.0)
-    first = subprocess.Popen([EXE, "rollout", "--config", str(conf), "--variant", "good"], env=cli_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+    first = _rollout_in_background(conf)
     try:
-        deadline = time.monotonic() + 300
-        while not any(e["event"] == "step" for e in _safe_log(tmp_path)):
-            assert first.poll() is None and time.monotonic() < deadline, "the rollout never took a step"
-            time.sleep(0.5)
+        _wait_for_a_step(first, tmp_path)
         promote = quantgate("promote", "--config", str(conf))
         assert promote.returncode == 1 and "it promotes itself" in promote.stderr, promote.stderr
         back = quantgate("rollback", "--config", str(conf))
@@ -164,6 +154,19 @@ def test_a_person_rolls_back_a_running_rollout_and_it_stops_before_its_next_wind
     assert [e["event"] for e in log][-2:] == ["rolling_back", "rolled_back"]
     assert aliases(client, "tiny") == {"champion": "1", "canary": None, "previous-champion": None}
     assert rollout_run(client).data.tags["rollout.outcome"] == "rolled_back"
+
+
+def _rollout_in_background(conf: Path) -> subprocess.Popen:
+    return subprocess.Popen([EXE, "rollout", "--config", str(conf), "--variant", "good"], env=cli_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _wait_for_a_step(proc: subprocess.Popen, tmp_path: Path) -> None:
+    deadline = time.monotonic() + 300
+    while not any(e["event"] == "step" for e in _safe_log(tmp_path)):
+        assert proc.poll() is None and time.monotonic() < deadline, "the rollout never took a step"
+        time.sleep(0.5)
 
 
 def _safe_log(tmp_path: Path) -> list[dict]:
