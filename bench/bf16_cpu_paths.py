@@ -83,14 +83,14 @@ def per_layer(model: torch.nn.Module, repeats: int) -> None:
                   f"{'' if pick == faster else '  <- the other'}", flush=True)
 
 
-def _fresh(model, what: str) -> Callable[[], Callable[[], object]]:
-    """Fresh calls of one prefill of the 55-token prompt, or of one decode step after 32-token
-    prompts at a batch (each on its own copy of the prompts' KV cache)."""
+def _fresh(model, batch: int | None) -> Callable[[], Callable[[], object]]:
+    """Fresh calls of one prefill of the 55-token prompt (batch None), or of one decode step after
+    32-token prompts at a batch (each on its own copy of the prompts' KV cache)."""
     gen = torch.Generator().manual_seed(0)
-    if what.startswith("prefill"):
+    if batch is None:
         prompt = torch.randint(100, 40000, (1, 55), generator=gen)
         return lambda: partial(model, input_ids=prompt, use_cache=True, logits_to_keep=1)
-    prompts = torch.randint(100, 40000, (int(what.rsplit(" ", 1)[1]), 32), generator=gen)
+    prompts = torch.randint(100, 40000, (batch, 32), generator=gen)
     out = model(input_ids=prompts, use_cache=True, logits_to_keep=1)
     nxt = out.logits[:, -1:].argmax(-1)
     return lambda: partial(model, input_ids=nxt, past_key_values=copy.deepcopy(out.past_key_values),
@@ -125,9 +125,10 @@ def main() -> None:
     chunked = bf16_cpu.fp32_linear_chunked
     with torch.inference_mode():
         per_layer(variant, args.repeats)
-        for what in ("prefill 55 tokens", *(f"decode step, batch {b}" for b in (2, 8, 16, 32))):
-            fresh = _fresh(variant, what)
-            ms = interleaved_ms({"baseline fp32": _fresh(base, what),
+        for batch in (None, 2, 8, 16, 32):
+            what = "prefill 55 tokens" if batch is None else f"decode step, batch {batch}"
+            fresh = _fresh(variant, batch)
+            ms = interleaved_ms({"baseline fp32": _fresh(base, batch),
                                  "bf16 GEMM": _with(True, chunked, fresh),
                                  "fp32 whole upcast": _with(False, _whole_upcast, fresh),
                                  "fp32 by row blocks": _with(False, chunked, fresh),
