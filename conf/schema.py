@@ -18,6 +18,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from quantgate.conf.base import Strict
+from quantgate.conf.engine import EngineConf
 from quantgate.conf.evals.catalogue import local_tasks, unknown_tasks
 from quantgate.conf.hardware import load_profiles
 from quantgate.conf.methods import VariantSpec
@@ -318,6 +319,7 @@ class PipelineConfig(Strict):
     judge: JudgeConf = JudgeConf()
     variants: tuple[VariantSpec, ...]
     bench: BenchConf = BenchConf()
+    engine: EngineConf = EngineConf()
     plan: PlanConf = PlanConf()
     gate: GateConf = GateConf()
     rollout: RolloutConf = RolloutConf()

@@ -63,7 +63,8 @@ def mixed_records(n: int, seed: int = 0) -> list[dict[str, Any]]:
     return [record(i, tenant=rng.choice(tenants), domain=rng.choice(domains)) for i in range(n)]
 
 
-def tiny_llama(path: Path, *, hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
+def tiny_llama(path: Path, *, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+               seed: int = 0) -> Path:
     """A randomly initialised Llama (hidden 64, 2 layers) with a BPE tokenizer trained here."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -83,12 +84,18 @@ def tiny_llama(path: Path, *, hidden: int = 64, layers: int = 2, seed: int = 0) 
     fast.chat_template = CHAT_TEMPLATE
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(fast), hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
                          max_position_embeddings=512, tie_word_embeddings=True)
     model = LlamaForCausalLM(config)
     model.save_pretrained(path)
     fast.save_pretrained(path)
     return path
+
+
+def engine_llama(path: Path, seed: int = 0) -> Path:
+    """A tiny Llama the serving engine runs: vLLM's CPU attention has kernels for head sizes 32 and
+    up (64 here, SmolLM2's), not for the 16 of `tiny_llama`."""
+    return tiny_llama(path, hidden=128, heads=2, kv_heads=1, seed=seed)
 
 
 def calibration_file(d: Path) -> Path:

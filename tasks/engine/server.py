@@ -1,0 +1,182 @@
+"""One engine server: vLLM's OpenAI-compatible server for one checkpoint, on a loopback port.
+
+Started as a child process in a session of its own (vLLM runs an API server, an engine core and a
+worker process: a stop signals the whole group) and tied to its parent (PDEATHSIG: a killed run does
+not orphan it). Ready when `/health` answers 200; the seconds that took are the server's start-up,
+reported on their own and never inside a latency. A server that cannot start raises
+`EngineStartError` with the engine's own reason, read from its log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import httpx
+
+from quantgate.tasks.engine.cpus import bind_list, claimed_cpus
+from quantgate.tasks.engine.environment import find_engine
+from quantgate.tasks.runtime.child_process import free_port, own_session_tied_to_parent
+from quantgate.tasks.runtime.stop import raise_if_stopping
+
+
+class EngineStartError(RuntimeError):
+    """The engine server did not come up; `reason` is the engine's own words, `log` where to read more."""
+
+    def __init__(self, reason: str, log: Path) -> None:
+        super().__init__(f"{reason} (engine log: {log})")
+        self.reason, self.log = reason, log
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What one server serves and how much of the machine it gets."""
+
+    model: str  # a checkpoint folder (HF layout; compressed-tensors checkpoints load as they are)
+    served_name: str
+    dtype: str  # float32 | bfloat16 | float16 (resolve `auto` with environment.serving_dtype first)
+    threads: int = 1
+    kv_cache_gb: int = 1
+    max_model_len: int = 2048
+    max_num_seqs: int = 32
+    max_logprobs: int = 20
+    kv_cache_dtype: str = "auto"  # "fp8": the FP8 KV-cache variant, served as the engine quantizes it
+    enforce_eager: bool = True
+    device: str = "cpu"
+    port: int | None = None  # None: a free port
+
+
+def engine_command(python: str, spec: EngineSpec, port: int) -> list[str]:
+    """The server's command line: loopback only, no key on it (`ps` shows command lines)."""
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", spec.model,
+           "--served-model-name", spec.served_name, "--host", "127.0.0.1", "--port", str(port),
+           "--dtype", spec.dtype, "--max-model-len", str(spec.max_model_len),
+           "--max-num-seqs", str(spec.max_num_seqs), "--max-logprobs", str(spec.max_logprobs),
+           "--kv-cache-dtype", spec.kv_cache_dtype, "--seed", "0", "--disable-uvicorn-access-log",
+           "--generation-config", "vllm"]  # sampling defaults are the request's, not the checkpoint's
+    return cmd + (["--enforce-eager"] if spec.enforce_eager else [])
+
+
+def engine_env(spec: EngineSpec, cpus: tuple[int, ...]) -> dict[str, str]:
+    """Telemetry off, offline, the KV-cache space and the cores this server's threads are bound to."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_API_KEY", "OMP_NUM_THREADS")}
+    env |= {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_DO_NOT_TRACK": "1",
+            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONNOUSERSITE": "1",
+            "VLLM_CPU_KVCACHE_SPACE": str(spec.kv_cache_gb), "VLLM_LOGGING_LEVEL": "INFO"}
+    if spec.device == "cpu":
+        env["VLLM_CPU_OMP_THREADS_BIND"] = bind_list(cpus)
+    return env
+
+
+# The engine's last words, most specific first: what a person should read in the error. Warnings are
+# skipped (vLLM warns about "Too many open files" it might hit, at every start).
+_REASONS = [
+    (re.compile(r"address already in use", re.I), "port {port} is taken"),
+    (re.compile(r"(out of memory|cannot allocate memory|no available memory for the cache blocks"
+                r"|insufficient memory)", re.I), "out of memory: {line}"),
+    (re.compile(r"(?:^|\] )(?:[\w.]+\.)?\w+(?:Error|Exception): (.+)|Value error, (.+)"), "{match}"),
+]
+
+
+def reason_from_log(text: str, port: int) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and " WARNING " not in ln]
+    for pattern, form in _REASONS:
+        for line in reversed(lines):
+            if m := pattern.search(line):
+                return form.format(port=port, line=line[-300:], match=m.group(m.lastindex or 0)[-300:])
+    return lines[-1][-300:] if lines else "the engine printed nothing"
+
+
+class EngineServer:
+    """A running server; `stop()` ends it and every process it started."""
+
+    def __init__(self, spec: EngineSpec, process: subprocess.Popen[bytes], port: int, log_path: Path,
+                 log: IO[bytes], cpus: tuple[int, ...]) -> None:
+        self.spec, self.process, self.port, self.log_path, self._log, self.cpus = (
+            spec, process, port, log_path, log, cpus)
+        self.base_url = f"http://127.0.0.1:{port}"
+        self.startup_s = float("nan")
+
+    @classmethod
+    def start(cls, spec: EngineSpec, *, log_path: Path, cpus: tuple[int, ...] = (),
+              python: str | None = None, timeout_s: float = 600) -> EngineServer:
+        python = python or find_engine().python
+        port = spec.port or free_port()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = log_path.open("ab")
+        started = time.monotonic()
+        proc = subprocess.Popen(engine_command(python, spec, port), stdout=log, stderr=subprocess.STDOUT,
+                                env=engine_env(spec, cpus), preexec_fn=own_session_tied_to_parent)
+        server = cls(spec, proc, port, log_path, log, cpus)
+        try:
+            server._wait_healthy(started, timeout_s)
+        except BaseException:
+            server.stop()
+            raise
+        server.startup_s = time.monotonic() - started
+        return server
+
+    def _wait_healthy(self, started: float, timeout_s: float) -> None:
+        while True:
+            if self.process.poll() is not None:
+                self._log.flush()
+                raise EngineStartError(f"engine for {self.spec.served_name} exited "
+                                       f"({self.process.returncode}): {self.reason()}", self.log_path)
+            if self.healthy():
+                return
+            if time.monotonic() - started > timeout_s:
+                raise EngineStartError(f"engine for {self.spec.served_name} not healthy after "
+                                       f"{timeout_s:.0f} s: {self.reason()}", self.log_path)
+            raise_if_stopping()
+            time.sleep(0.5)
+
+    def healthy(self) -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            return httpx.get(f"{self.base_url}/health", timeout=2).status_code == 200
+        return False
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def reason(self) -> str:
+        """Why the engine stopped or failed, in its own words (the log's most telling line)."""
+        try:
+            text = self.log_path.read_bytes()[-64_000:].decode("utf-8", "replace")
+        except OSError:
+            return "no engine log"
+        return reason_from_log(text, self.port)
+
+    def stop(self, grace_s: float = 10) -> None:
+        """SIGTERM to the server's process group, SIGKILL to what is left after `grace_s`."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # the engine core and workers, if still there
+        self.process.wait()
+        self._log.close()
+
+
+@contextlib.contextmanager
+def engine_server(spec: EngineSpec, *, state_dir: Path, log_name: str, python: str | None = None,
+                  timeout_s: float = 600) -> Iterator[EngineServer]:
+    """A server for the `with` block, on `spec.threads` cores of its own (claimed under state_dir)."""
+    threads = spec.threads if spec.device == "cpu" else 0
+    with claimed_cpus(state_dir / "engine-cpus", threads, timeout_s=timeout_s) as cpus:
+        server = EngineServer.start(spec, log_path=state_dir / "engine-logs" / f"{log_name}.log", cpus=cpus,
+                                    python=python, timeout_s=timeout_s)
+        try:
+            yield server
+        finally:
+            server.stop()

@@ -1,0 +1,193 @@
+"""The serving engine as a real part: vLLM's OpenAI server started, measured, scored through and
+stopped, on a tiny Llama it loads (head size 64). One server for the module; the failure cases start
+their own."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+import torch
+import torch.nn.functional as F
+
+from quantgate.conf.engine import EngineConf
+from quantgate.tasks.engine.environment import EngineMissing, find_engine
+from quantgate.tasks.engine.metrics import scrape
+from quantgate.tasks.engine.server import EngineServer, EngineSpec, EngineStartError, engine_server
+from quantgate.tasks.evaluate.on_engine import evaluate_on_engine, servable
+from quantgate.tasks.evaluate.perplexity import evaluate_checkpoint
+from quantgate.tasks.evaluate.served import score_served, sparse_kl, windows_for
+from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
+from quantgate.tasks.traffic.load import load_traffic, read_requests, write_requests
+from quantgate.tasks.traffic.tokens import encode_request
+
+from factories import engine_llama, mixed_records, perturbed_copy, write_traffic
+
+pytestmark = pytest.mark.timeout(900)
+
+FP32 = EngineConf(dtype="float32", max_model_len=512, start_timeout_s=300)  # parity: the reference's dtype
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return str(engine_llama(tmp_path_factory.mktemp("engine") / "model"))
+
+
+@pytest.fixture(scope="module")
+def heldout(tmp_path_factory):
+    d = tmp_path_factory.mktemp("heldout")
+    reqs = load_traffic(write_traffic(d / "t.jsonl", mixed_records(12)), max_line_bytes=65536,
+                        length_buckets=(200,)).requests
+    write_requests(d / "heldout.jsonl", reqs)
+    return str(d / "heldout.jsonl")
+
+
+@pytest.fixture(scope="module")
+def server(model_dir, tmp_path_factory):
+    spec = EngineSpec(model=model_dir, served_name="tiny", dtype="float32", max_model_len=512)
+    with engine_server(spec, state_dir=tmp_path_factory.mktemp("state"), log_name="tiny") as s:
+        yield s
+
+
+def test_the_server_is_up_on_loopback_with_its_startup_measured(server):
+    assert server.alive() and server.healthy()
+    assert server.base_url.startswith("http://127.0.0.1:")
+    assert 0 < server.startup_s < 300
+    models = httpx.get(f"{server.base_url}/v1/models", timeout=10).json()
+    assert [m["id"] for m in models["data"]] == ["tiny"]
+    assert len(server.cpus) == 1
+
+
+def test_prompt_logprobs_match_the_reference_forward(server, model_dir, heldout):
+    """Per-request NLL from the engine against an unbatched transformers forward, token for token."""
+    tok, model = load_tokenizer(model_dir), load_causal_lm(model_dir)
+    encoded = [encode_request(tok, r) for r in read_requests(Path(heldout))[:4]]
+    items, positions = windows_for(encoded, 512)
+    scores = score_served(server.base_url, "tiny", items, requests=len(encoded), positions=positions, k=5,
+                          concurrency=4)
+    for enc, (nll, n) in zip(encoded, scores.per_request, strict=True):
+        ids = torch.tensor([enc.input_ids])
+        with torch.no_grad():
+            logp = F.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+        want = -logp[torch.arange(len(ids[0]) - 1), ids[0, 1:]][enc.answer_start - 1:].sum()
+        assert n == len(enc.input_ids) - enc.answer_start
+        assert math.isclose(nll, float(want), rel_tol=1e-4)
+
+
+def test_the_engines_metrics_count_a_window_of_requests(server):
+    before = scrape(server.base_url)
+    usage = [httpx.post(f"{server.base_url}/v1/completions", timeout=60, json={
+        "model": "tiny", "prompt": f"def total{i}(xs):", "max_tokens": 6, "temperature": 0,
+        "ignore_eos": True}).json()["usage"] for i in range(3)]
+    window = scrape(server.base_url).since(before)
+    assert window.counters["requests"] == 3
+    assert window.counters["generation_tokens"] == sum(u["completion_tokens"] for u in usage) == 18
+    assert window.histograms["ttft_s"].count == 3
+    summary = window.summary()
+    assert 0 < summary["ttft_s.p50"] <= summary["ttft_s.p99"]
+    assert summary["itl_s.mean"] > 0
+
+
+def test_kl_from_top_k_is_a_lower_bound_that_sees_a_perturbation(server, model_dir, heldout, tmp_path):
+    """Against itself the served KL is 0; against a perturbed copy it is positive and at most the
+    full-vocabulary KL (the coarsening loses divergence, never adds it)."""
+    tok = load_tokenizer(model_dir)
+    encoded = [encode_request(tok, r) for r in read_requests(Path(heldout))[:3]]
+    items, positions = windows_for(encoded, 512)
+    base = score_served(server.base_url, "tiny", items, requests=3, positions=positions, k=20, concurrency=3)
+    same = score_served(server.base_url, "tiny", items, requests=3, positions=positions, k=20, concurrency=3,
+                        reference=(base.record_idx, base.record_logp))
+    assert all(abs(k) < 1e-5 for k in same.kl)
+
+    variant = str(perturbed_copy(model_dir, tmp_path / "noisy", scale=0.05))
+    p, q = load_causal_lm(model_dir), load_causal_lm(variant)
+    full = 0.0
+    for enc in encoded:
+        ids = torch.tensor([enc.input_ids])
+        with torch.no_grad():
+            lp = F.log_softmax(p(input_ids=ids).logits[0, :-1].float(), -1)[enc.answer_start - 1:]
+            lq = F.log_softmax(q(input_ids=ids).logits[0, :-1].float(), -1)[enc.answer_start - 1:]
+        full += float((lp.exp() * (lp - lq)).sum())
+    q_idx, q_logp = _top_k(q, encoded, 20)
+    served = sparse_kl(base.record_idx, base.record_logp, q_idx, q_logp)
+    assert 0 < served <= full * (1 + 1e-4)
+
+
+def _top_k(model, encoded, k):
+    rows_i, rows_l = [], []
+    for enc in encoded:
+        with torch.no_grad():
+            lq = F.log_softmax(model(input_ids=torch.tensor([enc.input_ids])).logits[0, :-1].float(), -1)
+        v, i = lq[enc.answer_start - 1:].topk(k, -1)
+        rows_i.append(i.int().numpy())
+        rows_l.append(v.numpy())
+    import numpy as np
+
+    return np.concatenate(rows_i), np.concatenate(rows_l)
+
+
+def test_engine_perplexity_agrees_with_the_reference_path(model_dir, heldout, tmp_path):
+    """The parity the gate relies on: the same checkpoint, dtype and windows scored by the engine and
+    by the reference path give the same perplexity (within 0.5 %), overall and per request."""
+    ref = evaluate_checkpoint(model_dir, heldout, str(tmp_path / "ref.json"), window=512, batch_size=4)
+    got = evaluate_on_engine(model_dir, heldout, str(tmp_path / "eng.json"), engine=FP32,
+                             state_dir=str(tmp_path / "state"), window=512, name="tiny",
+                             record_reference=True)
+    assert got.scored_by.startswith("vllm") and got.scored_by.endswith("float32")
+    assert abs(got.ppl / ref.ppl - 1) < 0.005
+    assert [r.tokens for r in got.requests] == [r.tokens for r in ref.requests]
+    assert all(math.isclose(a.nll, b.nll, rel_tol=1e-3) for a, b in zip(got.requests, ref.requests,
+                                                                        strict=True))
+    assert got.reference_path is not None and got.slices.keys() == ref.slices.keys()
+
+
+def test_stop_ends_every_engine_process(model_dir, tmp_path):
+    spec = EngineSpec(model=model_dir, served_name="tiny", dtype="float32", max_model_len=512)
+    server = EngineServer.start(spec, log_path=tmp_path / "e.log", cpus=(0,), timeout_s=300)
+    leader = psutil.Process(server.process.pid)
+    family = [leader, *leader.children(recursive=True)]
+    assert len(family) >= 2  # the API server and its engine core at least
+    server.stop(grace_s=10)
+    gone, alive = psutil.wait_procs(family, timeout=10)
+    assert not alive
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", server.port)) != 0
+
+
+def test_a_taken_port_is_the_engines_reason(model_dir, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        spec = EngineSpec(model=model_dir, served_name="tiny", dtype="float32", max_model_len=512, port=port)
+        with pytest.raises(EngineStartError, match=f"port {port} is taken"):
+            EngineServer.start(spec, log_path=tmp_path / "e.log", cpus=(0,), timeout_s=300)
+
+
+def test_a_checkpoint_the_engine_cannot_load_fails_with_its_reason(model_dir, tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"architectures": ["NoSuchForCausalLM"], "model_type": "nosuch"}')
+    spec = EngineSpec(model=str(broken), served_name="broken", dtype="float32", max_model_len=512)
+    with pytest.raises(EngineStartError) as err:
+        EngineServer.start(spec, log_path=tmp_path / "e.log", cpus=(0,), timeout_s=300)
+    assert "exited" in str(err.value) and "nosuch" in err.value.reason and "e.log" in str(err.value)
+
+
+def test_a_missing_engine_names_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setenv("QG_ENGINE_PYTHON", str(tmp_path / "nope" / "python"))
+    with pytest.raises(EngineMissing, match="make install"):
+        find_engine()
+
+
+def test_codebook_formats_are_not_servable(tmp_path):
+    for method, name in (("quip_sharp", "QuIP#"), ("aqlm_rht", "AQLM")):
+        d = tmp_path / method
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": method}}))
+        assert f"not servable on vllm: no production engine serves {name}" in servable(str(d))
