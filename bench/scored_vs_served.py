@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from quantgate.conf.load import load_config
-from quantgate.tasks.evaluate.on_engine import evaluate_on_engine, servable
+from quantgate.tasks.engine.checkpoints import servable
+from quantgate.tasks.evaluate.on_engine import evaluate_on_engine
 from quantgate.tasks.evaluate.perplexity import evaluate_checkpoint
 from quantgate.tasks.model.source import resolve_model
 from quantgate.tasks.quantize.run import quantize_variant

@@ -1,10 +1,11 @@
-"""Load benchmark of the serving layer (not a test): the Ray Serve app on 127.0.0.1, the champion
-alone and split 50/50 with a second deployment, at concurrency 1, 4 and 16. Per cell: requests/s,
-p50/p95/p99 latency, error rate, and every request accounted for (answered, refused with a status,
-or lost). A last cell kills the champion's replica (SIGKILL) mid-run: the controller replaces it and
-the loss is counted.
+"""Load benchmark of the serving layer (not a test): the Ray Serve app on 127.0.0.1 with the old
+hand-written generation loop as its champion arm, then with the vLLM engine server, side by side in
+one run, at concurrency 1, 4, 16 and 32; then the engine's champion split 50/50 with a canary arm.
+Per cell: requests/s, p50/p95/p99 latency, error rate, and every request accounted for (answered,
+refused with a status, or lost). A last cell kills the champion arm's replica (SIGKILL) mid-run: the
+controller replaces it (a new engine) and the loss is counted.
 
-    .venv/bin/python bench/serving_load.py [--canary NAME] [--requests 24,48,64] [--max-tokens 16]
+    .venv/bin/python bench/serving_load.py [--canary NAME] [--requests 16,32,48,64] [--max-tokens 16]
 
 Champion: the baseline checkpoint (from the newest run, else the model resolved from the config);
 canary: `--canary NAME`, a checkpoint of the newest run, else a copy of the baseline (then the split
@@ -93,10 +94,13 @@ def _measure(args: argparse.Namespace, setups: list[tuple[str, app.ServingSpec, 
     concs = [int(c) for c in args.concurrency.split(",")]
     counts = [int(n) for n in args.requests.split(",")]
     rows, url = [], ""
-    for label, spec, weight in setups:
+    for i, (label, spec, weight) in enumerate(setups):
+        if i and setups[i - 1][1].app_name != spec.app_name:  # one app on the proxy's "/" at a time
+            app.shutdown(setups[i - 1][1].app_name)
         t0 = time.perf_counter()
         url = app.deploy(spec, weight=weight)
-        print(f"[bench] {label}: deployed in {time.perf_counter() - t0:.0f} s at {url}", flush=True)
+        print(f"[bench] {label}: deployed in {time.perf_counter() - t0:.0f} s (engine start-ups "
+              f"included, never in a latency) at {url}", flush=True)
         model = spec.model_names[0]
         replay(url, prompts, model=model, max_requests=2, max_tokens=args.max_tokens)  # warm-up, not counted
         for conc, n in zip(concs, counts, strict=True):
@@ -125,8 +129,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", type=Path)
     ap.add_argument("--canary", help="a variant of the newest run for the split (default: a baseline copy)")
-    ap.add_argument("--concurrency", default="1,4,16")
-    ap.add_argument("--requests", default="16,32,48", help="requests per cell, per concurrency")
+    ap.add_argument("--concurrency", default="1,4,16,32")
+    ap.add_argument("--requests", default="16,32,48,64", help="requests per cell, per concurrency")
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--max-s", type=float, default=120, help="time bound per cell")
     ap.add_argument("--out", type=Path, default=Path("bench-serving.json"))
@@ -138,16 +142,22 @@ def main() -> None:
     prompts = [r.messages for r in read_requests(Path(traffic.heldout_path))]
     s = config.rollout.serving
     name = config.model.served_name or config.model.name
+    engine = config.engine.model_dump(mode="json")
     base = app.ServingSpec(app_name="bench-serving", model_names=(name,), log_dir=str(state / "bench-logs"),
                            champion=app.ArmSpec("champion", "0", champion), port=free_port(),
-                           replica_cpus=s.replica_cpus, threads=s.threads, dtype=s.dtype)
+                           replica_cpus=s.replica_cpus, engine=engine, state_dir=str(state.resolve()))
+    # The old loop on the same threads, in fp32 (its own fast path for quantized checkpoints).
+    loop = replace(base, app_name="bench-loop", arm_backend="loop",
+                   engine={"threads": config.engine.threads, "dtype": "float32"})
     split = replace(base, canary=app.ArmSpec("canary", "0", canary))
     from ray import serve
 
     with ray_cluster(address="local", num_cpus=2, env=ENV, state_dir=state):
         try:
-            rows, ray_metrics = _measure(args, [("champion alone", base, 0.0),
-                                                (f"50/50 with {canary_label}", split, 0.5)], prompts)
+            rows, ray_metrics = _measure(args, [("old loop, champion alone", loop, 0.0),
+                                                ("vLLM engine, champion alone", base, 0.0),
+                                                (f"vLLM engines, 50/50 with {canary_label}", split, 0.5)],
+                                         prompts)
         finally:
             serve.shutdown()
     args.out.write_text(json.dumps({"rows": rows, "ray_serve_metrics": ray_metrics,

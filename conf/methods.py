@@ -305,6 +305,9 @@ VariantSpec = Annotated[Union[SPECS], Field(discriminator="method")]  # noqa: UP
 
 METHOD_NAMES: tuple[str, ...] = tuple(get_args(c.model_fields["method"].annotation)[0] for c in SPECS)
 KERNELS: tuple[str, ...] = tuple(dict.fromkeys(c.kernel for c in SPECS))
+ENGINE_SERVES: dict[str, bool] = {get_args(c.model_fields["method"].annotation)[0]: c.engine_serves
+                                  for c in SPECS}
+"""method -> whether a production engine (vLLM) loads its checkpoints."""
 """Kernel families, in first-use order: what a hardware profile says it can run."""
 NATIVE_KERNELS: dict[str, str] = {c.kernel: c.native_compute for c in SPECS if c.native_compute}
 """Kernel family -> the compute format its native matmul uses."""

@@ -17,11 +17,11 @@ class ServingConf(Strict):
     host: str = Field(default="127.0.0.1", description="loopback only: 127.0.0.1, ::1 or localhost")
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
     replica_cpus: Annotated[float, Field(gt=0, le=1)] = Field(
-        default=0.5, description="Ray CPUs per model replica: champion, canary and router share 2 cores")
-    threads: Annotated[int, Field(ge=1)] = 1
-    dtype: Literal["float32", "bfloat16"] = Field(
-        default="float32", description="unquantized checkpoints (the baseline champion); quantized ones "
-        "take their own fast path (tasks/model/fast_cpu.py)")
+        default=0.5, description="Ray CPUs per arm in Ray's accounting; each arm's engine server runs on "
+        "`engine.threads` cores of its own (`engine` configures both arms' engines)")
+    max_queue: Annotated[int, Field(ge=1)] = Field(
+        default=64, description="requests in flight at the router; past it a request gets 429 with "
+        "Retry-After instead of waiting in an unbounded queue")
     api_key_env: str | None = Field(default="QG_SERVE_API_KEY", description="when this variable is set, "
                                     "requests need `Authorization: Bearer <its value>`")
     default_max_tokens: Annotated[int, Field(ge=1)] = 64

@@ -71,6 +71,11 @@ class EvalConf(Strict):
     batch_size: Annotated[int, Field(ge=1)] = 8
     min_slice_tokens: Annotated[int, Field(ge=1)] = 300
     num_cpus: Annotated[float, Field(gt=0)] = 1
+    backend: Literal["engine", "reference"] = Field(
+        default="engine", description="engine: perplexity and KL from the serving engine's prompt "
+        "logprobs (`engine` conf), the baseline's too, in the engine's dtype; a format no production "
+        "engine serves (QuIP#, AQLM) is scored on the reference path against the baseline scored there, "
+        "labelled so. reference: transformers + our loaders in `dtype` for every checkpoint")
 
 
 class LongContextConf(Strict):

@@ -50,7 +50,7 @@ def print_summary(summary: Any, config: PipelineConfig, api_url: str) -> None:
 
 def run_rollout(args: argparse.Namespace, config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
     from quantgate.tasks.runtime.servers import prefect_server, ray_cluster
-    from quantgate.tasks.serving.generation import Faults
+    from quantgate.tasks.serving.faults import Faults
 
     try:
         faults = {k: v for k, v in vars(Faults.parse(args.inject)).items() if v}

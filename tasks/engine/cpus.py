@@ -1,9 +1,10 @@
 """Each engine server's share of the CPUs: cores of its own, claimed with one lock file per core.
 
 Ray counts CPUs but does not say which cores a task may use, and two engine servers whose OpenMP
-threads are bound to the same core halve each other's speed. A server claims its cores under the
-run's state dir with `flock`, which the kernel releases when the holder dies (a crashed run frees its
-cores), and binds its threads there (VLLM_CPU_OMP_THREADS_BIND). With too few free cores it waits.
+threads are bound to the same core halve each other's speed. A server claims its cores with `flock`,
+which the kernel releases when the holder dies (a crashed run frees its cores), and binds its threads
+there (VLLM_CPU_OMP_THREADS_BIND). With too few free cores it waits. The locks are machine-wide
+(`machine_lock_dir`): another run's engines on the same machine count too.
 """
 
 from __future__ import annotations
@@ -12,11 +13,17 @@ import contextlib
 import fcntl
 import os
 import random
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from quantgate.tasks.runtime.stop import raise_if_stopping
+
+
+def machine_lock_dir() -> Path:
+    """Machine-wide, not per run: two runs on one machine must not bind their engines to one core."""
+    return Path(tempfile.gettempdir()) / "quantgate-engine-cpus"
 
 
 def machine_cpus() -> list[int]:

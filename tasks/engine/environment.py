@@ -82,6 +82,22 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def platform_name(flags: frozenset[str] | None = None) -> str:
+    """This CPU as a person would name it: model and the vector extensions that pick kernels."""
+    model = "CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    flags = cpu_flags() if flags is None else flags
+    named = (("AVX-512", "avx512f"), ("AVX512-BF16", "avx512_bf16"), ("AMX", "amx_tile"))
+    isa = [name for name, flag in named if flag in flags] or (["AVX2"] if "avx2" in flags else [])
+    return f"{model} ({', '.join(isa) or 'no AVX2'})"
+
+
 def serving_dtype(configured: str, device: str = "cpu", flags: frozenset[str] | None = None) -> str:
     """`auto`: bfloat16 where the hardware computes in it (GPUs; CPUs with AVX-512 BF16 or AMX), float32
     on CPUs without (AVX2-only EPYC Milan: bf16 there is emulated, a prefill ~5x slower than fp32)."""

@@ -40,18 +40,23 @@ class Histogram:
         return self.total / self.count if self.count else math.nan
 
     def quantile(self, q: float) -> float:
-        """Prometheus' histogram_quantile: linear within the bucket that holds rank q*count."""
-        if not self.count:
-            return math.nan
-        rank, lower, below = q * self.count, 0.0, 0.0
-        for le, cumulative in self.buckets:
-            if cumulative >= rank:
-                if math.isinf(le):  # beyond the last finite bound: that bound is all we know
-                    return lower
-                inside = cumulative - below
-                return lower + (le - lower) * ((rank - below) / inside if inside else 1.0)
-            lower, below = le, cumulative
-        return lower
+        return histogram_quantile(q, list(self.buckets))
+
+
+def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
+    """Prometheus' `histogram_quantile`: linear inside the bucket that holds rank q·count.
+    `buckets`: (upper bound, cumulative count), +inf last."""
+    buckets = sorted(buckets)
+    if not buckets or buckets[-1][1] <= 0:
+        return math.nan
+    rank, lower, below = q * buckets[-1][1], 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank:
+            if math.isinf(upper):
+                return lower  # beyond the last finite bound: the bound is all that is known
+            return lower + (upper - lower) * (rank - below) / max(count - below, 1e-12)
+        lower, below = upper, count
+    return lower
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,14 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 import httpx
 
-from quantgate.tasks.engine.cpus import bind_list, claimed_cpus
+from quantgate.tasks.engine.cpus import bind_list, claimed_cpus, machine_lock_dir
 from quantgate.tasks.engine.environment import find_engine
 from quantgate.tasks.runtime.child_process import free_port, own_session_tied_to_parent
 from quantgate.tasks.runtime.stop import raise_if_stopping
@@ -62,6 +62,8 @@ def engine_command(python: str, spec: EngineSpec, port: int) -> list[str]:
            "--max-num-seqs", str(spec.max_num_seqs), "--max-logprobs", str(spec.max_logprobs),
            "--kv-cache-dtype", spec.kv_cache_dtype, "--seed", "0", "--disable-uvicorn-access-log",
            "--generation-config", "vllm"]  # sampling defaults are the request's, not the checkpoint's
+    if spec.device == "cpu":  # one worker inside the engine core: a process fewer to start (40 -> 28 s)
+        cmd += ["--distributed-executor-backend", "uni"]
     return cmd + (["--enforce-eager"] if spec.enforce_eager else [])
 
 
@@ -71,9 +73,18 @@ def engine_env(spec: EngineSpec, cpus: tuple[int, ...]) -> dict[str, str]:
     env |= {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_DO_NOT_TRACK": "1",
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONNOUSERSITE": "1",
             "VLLM_CPU_KVCACHE_SPACE": str(spec.kv_cache_gb), "VLLM_LOGGING_LEVEL": "INFO"}
-    if spec.device == "cpu":
-        env["VLLM_CPU_OMP_THREADS_BIND"] = bind_list(cpus)
+    if spec.device == "cpu":  # the whole process tree runs on these cores (`_pinned`)
+        env |= {"VLLM_CPU_OMP_THREADS_BIND": bind_list(cpus), "OMP_NUM_THREADS": str(len(cpus) or 1)}
     return env
+
+
+def _pinned(cpus: tuple[int, ...]) -> Callable[[], None]:
+    """The child's own session, tied to its parent, on `cpus` (inherited by every process it starts)."""
+    def preexec() -> None:
+        own_session_tied_to_parent()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+    return preexec
 
 
 # The engine's last words, most specific first: what a person should read in the error. Warnings are
@@ -114,7 +125,7 @@ class EngineServer:
         log = log_path.open("ab")
         started = time.monotonic()
         proc = subprocess.Popen(engine_command(python, spec, port), stdout=log, stderr=subprocess.STDOUT,
-                                env=engine_env(spec, cpus), preexec_fn=own_session_tied_to_parent)
+                                env=engine_env(spec, cpus), preexec_fn=_pinned(cpus))
         server = cls(spec, proc, port, log_path, log, cpus)
         try:
             server._wait_healthy(started, timeout_s)
@@ -171,9 +182,9 @@ class EngineServer:
 @contextlib.contextmanager
 def engine_server(spec: EngineSpec, *, state_dir: Path, log_name: str, python: str | None = None,
                   timeout_s: float = 600) -> Iterator[EngineServer]:
-    """A server for the `with` block, on `spec.threads` cores of its own (claimed under state_dir)."""
+    """A server for the `with` block, on `spec.threads` cores of its own; its log under state_dir."""
     threads = spec.threads if spec.device == "cpu" else 0
-    with claimed_cpus(state_dir / "engine-cpus", threads, timeout_s=timeout_s) as cpus:
+    with claimed_cpus(machine_lock_dir(), threads, timeout_s=timeout_s) as cpus:
         server = EngineServer.start(spec, log_path=state_dir / "engine-logs" / f"{log_name}.log", cpus=cpus,
                                     python=python, timeout_s=timeout_s)
         try:

@@ -3,8 +3,8 @@
 The engine's counterpart of `perplexity.evaluate_checkpoint`: the same requests, windows, looks and
 result file, computed from an engine server's prompt logprobs (`served.py`). The server starts for
 this evaluation on its own cores and stops after it; its start-up is reported apart from the scoring
-time. A checkpoint no production engine serves is refused here with the reason (`servable`), and the
-caller scores it on the reference path, labelled so.
+time. A checkpoint no production engine serves is refused here with the reason
+(`engine.checkpoints.servable`), and the caller scores it on the reference path, labelled so.
 """
 
 from __future__ import annotations
@@ -13,41 +13,20 @@ import time
 from pathlib import Path
 
 from quantgate.conf.engine import EngineConf
-from quantgate.tasks.engine.environment import find_engine, serving_dtype
-from quantgate.tasks.engine.server import EngineSpec, engine_server
+from quantgate.tasks.engine.checkpoints import engine_spec, servable
+from quantgate.tasks.engine.environment import find_engine, platform_name, serving_dtype
+from quantgate.tasks.engine.kernels import fallback_reason
+from quantgate.tasks.engine.server import engine_server
 from quantgate.tasks.evaluate.perplexity import EvalResult, RequestNll, finish_result, look_requests
 from quantgate.tasks.evaluate.served import load_record, save_record, score_served, windows_for
-from quantgate.tasks.model.formats import checkpoint_format
 from quantgate.tasks.model.load import load_tokenizer
 from quantgate.tasks.traffic.load import read_requests
 from quantgate.tasks.traffic.slices import slice_names
 from quantgate.tasks.traffic.tokens import encode_request
 
-NO_ENGINE = {"quip_sharp": "QuIP#", "aqlm": "AQLM"}
 
-
-def servable(checkpoint: str, engine: str = "vllm") -> str:
-    """Why `engine` cannot serve this checkpoint ("" when it can load it)."""
-    kind = checkpoint_format(checkpoint).kind
-    if kind in NO_ENGINE:
-        return (f"not servable on {engine}: no production engine serves {NO_ENGINE[kind]} (vLLM removed "
-                "AQLM in 2025 and never had QuIP#)")
-    return ""
-
-
-def kv_cache_dtype(checkpoint: str) -> str:
-    """fp8 where the checkpoint carries an FP8 KV-cache scheme (llm-compressor's kv_cache_scheme)."""
-    qc = checkpoint_format(checkpoint).quantization_config
-    scheme = qc.get("kv_cache_scheme") or {}
-    return "fp8" if scheme.get("type") == "float" and scheme.get("num_bits") == 8 else "auto"
-
-
-def engine_spec(checkpoint: str, name: str, conf: EngineConf, *, device: str = "cpu") -> EngineSpec:
-    return EngineSpec(model=checkpoint, served_name=name, dtype=serving_dtype(conf.dtype, device),
-                      threads=conf.threads, kv_cache_gb=conf.kv_cache_gb, max_model_len=conf.max_model_len,
-                      max_num_seqs=conf.max_num_seqs, max_logprobs=conf.max_logprobs,
-                      kv_cache_dtype=kv_cache_dtype(checkpoint), enforce_eager=conf.enforce_eager,
-                      device=device)
+class FallbackKernel(RuntimeError):
+    """The engine would serve this checkpoint on a fallback kernel on this machine."""
 
 
 def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, engine: EngineConf,
@@ -70,6 +49,8 @@ def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, eng
     spec = engine_spec(checkpoint, name, engine)
     with engine_server(spec, state_dir=Path(state_dir), log_name=f"eval-{name}",
                        python=find_engine(engine.python).python, timeout_s=engine.start_timeout_s) as server:
+        if why := fallback_reason(server.log_path, platform_name()):
+            raise FallbackKernel(f"{name}: {why}; not scored or served on this machine")
         scored_from = time.perf_counter()
         scores = score_served(server.base_url, name, items, requests=len(requests), positions=positions,
                               k=engine.max_logprobs, concurrency=engine.concurrency, only=set(picked),
@@ -92,3 +73,20 @@ def _layers(checkpoint: str) -> int:
     import json
 
     return int(json.loads((Path(checkpoint) / "config.json").read_text()).get("num_hidden_layers", 0))
+
+
+def scorer_key(engine: EngineConf) -> str:
+    """What an engine-scored result depends on besides the inputs: the engine's version and dtype,
+    its settings, and this scoring code (part of the result file's name)."""
+    import hashlib
+    import sys
+
+    from quantgate.tasks.engine import server
+    from quantgate.tasks.evaluate import served
+    from quantgate.tasks.runtime.digest import source_digest
+
+    install = find_engine(engine.python)
+    settings = engine.model_dump_json(exclude={"python", "start_timeout_s", "concurrency"})
+    code = source_digest(sys.modules[__name__], served, server)
+    digest = hashlib.sha256(f"{install.version}|{settings}|{code}".encode()).hexdigest()[:10]
+    return f"engine-{serving_dtype(engine.dtype)}-{digest}"

@@ -169,9 +169,10 @@ def count_kv_quantized_layers(model: torch.nn.Module) -> int:
 def evaluate_checkpoint(
     checkpoint: str, heldout_path: str, out_path: str, *, window: int, batch_size: int,
     dtype: str = "float32", reference: str | None = None, record_reference: bool = False,
-    look: str = "all", first_share: float = 1.0, first: EvalResult | None = None,
+    look: str = "all", first_share: float = 1.0, first: EvalResult | None = None, not_served: str = "",
 ) -> EvalResult:
-    """Perplexity per request and slice. `record_reference` (the baseline): keep the top-k
+    """Perplexity per request and slice. `not_served`: why the serving engine did not score this
+    checkpoint (the label the report shows). `record_reference` (the baseline): keep the top-k
     next-token record next to `out_path`; `reference` (a variant): the baseline's record, to
     measure each request's KL from it. `look`: "all" requests, the "first" look (`first_share`
     of them, spread over every stratum), or the rest after `first`, merged with it ("both")."""
@@ -196,7 +197,8 @@ def evaluate_checkpoint(
         tap.save(reference_path)
     return finish_result(requests, per_request, out_path, start=start, cpu=cpu, first=first, look=look,
                          kv_cache_quantized_layers=count_kv_quantized_layers(model),
-                         reference_path=reference_path)
+                         reference_path=reference_path, scored_by=f"reference, {dtype}",
+                         not_served=not_served)
 
 
 def finish_result(requests: Sequence[Any], per_request: tuple[RequestNll, ...], out_path: str, *,
@@ -239,11 +241,13 @@ def aggregate_requests(requests: Sequence[RequestNll]) -> tuple[SlicePpl, dict[s
                      names=[r.slices for r in requests])
 
 
-def eval_file_name(heldout_path: str, conf: EvalConf, look: str = "all", first_share: float = 1.0) -> str:
-    """One result file per (held-out set, dtype, window and batch, look, eval code), next to what
-    was evaluated (the batch is in the key: padding changes the last bits)."""
+def eval_file_name(heldout_path: str, conf: EvalConf, look: str = "all", first_share: float = 1.0,
+                   scorer: str = "") -> str:
+    """One result file per (held-out set, scorer and dtype, window and batch, look, eval code), next to
+    what was evaluated (the batch is in the key: padding changes the last bits). `scorer`: the
+    engine's key (`on_engine.scorer_key`); empty for the reference path."""
     key = f"{conf.window}x{conf.batch_size}" + ("" if look == "all" else f"-{look}{first_share:g}")
-    return f"eval-{Path(heldout_path).parent.name}-{conf.dtype}-{key}-{eval_code_digest()}.json"
+    return f"eval-{Path(heldout_path).parent.name}-{scorer or conf.dtype}-{key}-{eval_code_digest()}.json"
 
 
 def eval_code_digest() -> str:

@@ -9,9 +9,12 @@ from pathlib import Path
 
 from prefect import task
 
+from quantgate.conf.engine import EngineConf
 from quantgate.conf.schema import EvalConf, LmEvalConf, LongContextConf
+from quantgate.tasks.engine.checkpoints import servable
 from quantgate.tasks.evaluate.lmeval import LmEvalResult, lmeval_dir_name, read_lmeval, run_lmeval
 from quantgate.tasks.evaluate.long_context import LongContextResult, read_long_context, run_long_context
+from quantgate.tasks.evaluate.on_engine import evaluate_on_engine, scorer_key
 from quantgate.tasks.evaluate.perplexity import EvalResult, eval_file_name, evaluate_checkpoint, read_eval
 from quantgate.tasks.runtime.caching import CACHED
 from quantgate.tasks.runtime.threads import set_threads
@@ -20,20 +23,32 @@ from quantgate.tasks.traffic.prepare import PreparedTraffic
 
 @task(name="evaluate", task_run_name="evaluate-{variant}", **CACHED)
 def evaluate_task(*, variant: str, checkpoint: str, results_dir: str, traffic: PreparedTraffic,
-                  conf: EvalConf, baseline: EvalResult | None = None, look: str = "all",
-                  first_share: float = 1.0, first: EvalResult | None = None) -> EvalResult:
+                  conf: EvalConf, engine: EngineConf, state_dir: str, baseline: EvalResult | None = None,
+                  look: str = "all", first_share: float = 1.0, first: EvalResult | None = None,
+                  on_reference: bool = False) -> EvalResult:
     """The baseline (`baseline` None) records its top-k next-token record; a variant measures its
     KL from that record. `look`: all requests, or the first look of a two-look screen, or the rest
-    (merged with `first`)."""
-    out = Path(results_dir) / eval_file_name(traffic.heldout_path, conf, look, first_share)
+    (merged with `first`). Scored by the engine (eval.backend: engine) unless no engine serves the
+    checkpoint, or `on_reference` asks for the reference path (the baseline that such variants are
+    paired with)."""
+    not_served = servable(checkpoint) if conf.backend == "engine" else ""
+    backend = "reference" if conf.backend == "reference" or not_served or on_reference else "engine"
+    scorer = scorer_key(engine) if backend == "engine" else ""
+    out = Path(results_dir) / eval_file_name(traffic.heldout_path, conf, look, first_share, scorer)
     if out.is_file():  # same model, held-out set, settings and code: the result is on disk
         return read_eval(str(out))
+    if backend == "engine":
+        return evaluate_on_engine(checkpoint, traffic.heldout_path, str(out), engine=engine,
+                                  state_dir=state_dir, window=conf.window, name=variant,
+                                  reference=baseline.reference_path if baseline else None,
+                                  record_reference=baseline is None, look=look, first_share=first_share,
+                                  first=first)
     set_threads(conf.num_cpus)
     return evaluate_checkpoint(checkpoint, traffic.heldout_path, str(out), window=conf.window,
                                batch_size=conf.batch_size, dtype=conf.dtype,
                                reference=baseline.reference_path if baseline else None,
                                record_reference=baseline is None, look=look, first_share=first_share,
-                               first=first)
+                               first=first, not_served=not_served)
 
 
 # Prints stay prints here: `datasets` fingerprints lm-eval's data with dill, which reads a function's

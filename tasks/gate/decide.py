@@ -26,6 +26,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from quantgate.conf.methods import ENGINE_SERVES
 from quantgate.conf.schema import OBJECTIVES, GateConf
 from quantgate.tasks.evaluate.lmeval import LmEvalResult
 from quantgate.tasks.evaluate.long_context import LongContextResult
@@ -56,6 +57,9 @@ class VariantScores:
     # "perf.ttft_ms", "energy.j_per_token", ... (empty when the bench did not run).
     perf: dict[str, float] = field(default_factory=dict)
     checkpoint: str | None = None  # the evaluated checkpoint folder (None: nothing to register)
+    # The baseline's perplexity scored the way this variant's was, when that is not the run's baseline
+    # (a format no engine serves, scored on the reference path): its pairs are measured one way.
+    baseline_eval: EvalResult | None = None
 
     @property
     def stage(self) -> str:
@@ -144,9 +148,10 @@ def gate_variant(v: VariantScores, baseline: VariantScores, gate: GateConf, *, m
     if v.eval is None:
         status = "inconclusive" if v.error.startswith("skipped") else "reject"
         return Verdict(v.name, status, "error", "none", [v.error or "not evaluated"])
-    assert baseline.eval is not None, "the baseline is evaluated before the gate"
-    checks = perplexity_checks(baseline.eval, v.eval, gate, min_tokens=min_slice_tokens)
-    checks += kl_checks(baseline.eval, v.eval, gate, min_tokens=min_slice_tokens)
+    base_eval = v.baseline_eval or baseline.eval
+    assert base_eval is not None, "the baseline is evaluated before the gate"
+    checks = perplexity_checks(base_eval, v.eval, gate, min_tokens=min_slice_tokens)
+    checks += kl_checks(base_eval, v.eval, gate, min_tokens=min_slice_tokens)
     notes: list[str] = []
     if baseline.lmeval is not None and v.lmeval is not None:
         more, notes = task_checks(baseline.lmeval.samples_path, v.lmeval.samples_path, gate,
@@ -274,9 +279,15 @@ def decide(baseline: VariantScores, variants: list[VariantScores], gate: GateCon
     verdicts = {v.name: gate_variant(v, baseline, gate, min_slice_tokens=min_slice_tokens,
                                      min_slice_items=min_slice_items, judge_vote=judge_vote)
                 for v in variants}
-    eligible = [v for v in variants if verdicts[v.name].passed and not v.control]
+    # A winner goes to the canary, and the canary serves on the production engine: a format no
+    # engine serves (QuIP#, AQLM) is gated and reported, never chosen.
+    eligible = [v for v in variants if verdicts[v.name].passed and not v.control
+                and ENGINE_SERVES.get(v.method, True)]
     if not eligible:
-        return GateDecision(verdicts, None, "no variant passed the gate: the champion stays")
+        unservable = [v.name for v in variants
+                      if verdicts[v.name].passed and not ENGINE_SERVES.get(v.method, True)]
+        why = f" ({', '.join(unservable)} passed, but no production engine serves it)" if unservable else ""
+        return GateDecision(verdicts, None, f"no variant passed the gate{why}: the champion stays")
     best = min(eligible, key=lambda v: (verdicts[v.name].status != "pass",
                                         *(_objective_value(v, k) for k in gate.objective)))
     status = verdicts[best.name].status

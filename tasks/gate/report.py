@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from quantgate.conf.methods import ENGINE_SERVES
 from quantgate.conf.schema import GateConf
 from quantgate.tasks.evaluate.lmeval import LmEvalResult
 from quantgate.tasks.evaluate.perplexity import EvalResult
@@ -71,6 +72,8 @@ def comparison_rows(
         label = f"{verdict.status.upper()} ({verdict.decided_by})"
         if v.control:
             label = f"control, {label}"
+        if not ENGINE_SERVES.get(v.method, True):
+            label = f"{label}; not servable on vLLM (reference path, never canaried)"
         if decision.winner == v.name:
             label = f"WINNER, {label}"
         overall = next(c for c in verdict.checks if c.metric == "ppl" and c.slice == OVERALL)

@@ -14,6 +14,7 @@ from mlflow.entities import RunStatus
 from mlflow.tracking import MlflowClient
 
 from quantgate.conf.schema import PipelineConfig
+from quantgate.tasks.engine.checkpoints import servable
 from quantgate.tasks.registry.champion import CHAMPION, local_checkpoint, resolve, start_canary
 from quantgate.tasks.registry.run_record import read_run_record
 from quantgate.tasks.registry.tracking import ensure_experiment, tracking_uri
@@ -26,6 +27,10 @@ class NothingToRollOut(LookupError):
 
 class AlreadyChampion(NothingToRollOut):
     """The variant's version serves already (a second gate event for the same winner): nothing to do."""
+
+
+class UnservableCanary(NothingToRollOut):
+    """The variant's format has no production engine (QuIP#, AQLM): the canary refuses it."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,8 @@ def prepare_rollout(config: PipelineConfig, *, variant: str | None, run: str | N
     if champion.version == version:
         raise AlreadyChampion(f"{variant} (version {version}) is the champion already: nothing to do")
     canary_path = local_checkpoint(client, model, version, state / "serving-cache")
+    if why := servable(canary_path):  # gated offline, reported; a canary would serve nothing real
+        raise UnservableCanary(f"{variant} (version {version}) cannot be canaried: {why}")
     exp = ensure_experiment(client, config.runtime.experiment or record["model"]["name"],
                             state / "mlartifacts")
     log = RolloutLog.create(folder)

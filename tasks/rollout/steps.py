@@ -44,9 +44,10 @@ def spec(config: PipelineConfig, ctx: RolloutContext) -> app.ServingSpec:
         champion=app.ArmSpec(f"models:/{ctx.registered_model}@champion", ctx.champion_version,
                              ctx.champion_path),
         canary=app.ArmSpec(f"models:/{ctx.registered_model}@canary", ctx.canary_version, ctx.canary_path),
-        host=s.host, port=s.port, replica_cpus=s.replica_cpus, threads=s.threads, dtype=s.dtype,
-        api_key_env=s.api_key_env, default_max_tokens=s.default_max_tokens, max_tokens=s.max_tokens,
-        max_prompt_chars=s.max_prompt_chars, canary_faults=dict(ctx.faults))
+        host=s.host, port=s.port, replica_cpus=s.replica_cpus, engine=config.engine.model_dump(mode="json"),
+        state_dir=str(config.runtime.state_dir.resolve()), api_key_env=s.api_key_env,
+        default_max_tokens=s.default_max_tokens, max_tokens=s.max_tokens, max_prompt_chars=s.max_prompt_chars,
+        max_queue=s.max_queue, canary_faults=dict(ctx.faults))
 
 
 def current_weight(ctx: RolloutContext, steps: tuple[float, ...]) -> float:

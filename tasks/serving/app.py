@@ -1,9 +1,11 @@
-"""The serving application: `champion` and (during a rollout) `canary` model deployments behind the
-weighted router, on Ray Serve's proxy at 127.0.0.1.
+"""The serving application: `champion` and (during a rollout) `canary` arms behind the weighted
+router, on Ray Serve's proxy at 127.0.0.1. Each arm is a vLLM engine server (`engine_arm.py`): what
+the canary measures is what production serves. `arm_backend="loop"` serves the old hand-written
+generation loop instead, kept only so that `bench/serving_load.py` measures the two side by side.
 
 `deploy` is declarative: the same spec deployed again changes nothing that runs; a spec that differs
 only in the router's weight or the canary's faults is a light in-place update (user_config), so a
-weight step never reloads a model.
+weight step never restarts an engine.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import httpx
 from ray import serve
 
 from quantgate.tasks.runtime.digest import source_digest
-from quantgate.tasks.serving import generation, protocol, replica, router
-from quantgate.tasks.serving.replica import ModelReplica
+from quantgate.tasks.serving import engine_arm, engine_client, faults, protocol, router
+from quantgate.tasks.serving.engine_arm import EngineArm
 from quantgate.tasks.serving.router import Router
 
 
@@ -40,14 +42,16 @@ class ServingSpec:
     canary: ArmSpec | None = None
     host: str = "127.0.0.1"
     port: int = 8000
-    replica_cpus: float = 0.5  # fractional: champion, canary and router share 2 cores
+    replica_cpus: float = 0.5  # Ray's accounting; an engine's threads run on cores of their own
     router_cpus: float = 0.1
-    threads: int = 1
-    dtype: str = "float32"
+    engine: dict[str, Any] = field(default_factory=dict)  # conf.engine.EngineConf's fields
+    state_dir: str = ""  # where the engines' logs go (default: log_dir)
+    arm_backend: str = "engine"  # "loop": the old generation loop, for the side-by-side bench only
     api_key_env: str | None = None
     default_max_tokens: int = 64
     max_tokens: int = 512
     max_prompt_chars: int = 16_000
+    max_queue: int = 64  # requests in flight at the router; past it, 429 with Retry-After
     canary_replicas: int = 1
     champion_replicas: int = 1
     canary_faults: dict[str, float] = field(default_factory=dict)
@@ -80,37 +84,43 @@ def _version(*parts: Any) -> str:
     every deployment a random version otherwise, and a random version restarts every replica (the
     model reloads, ~18 s here) on a weight change that should be a light user_config update.
     (`version` is internal in `.options()` since Ray 2.x; config-file deploys hash it the same way.)"""
-    return source_digest(sys.modules[__name__], replica, router, generation, protocol) + "-" + hashlib.sha256(
+    modules = (sys.modules[__name__], engine_arm, engine_client, router, faults, protocol)
+    return source_digest(*modules) + "-" + hashlib.sha256(
         json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
-def _arm(spec: ServingSpec, role: str, arm: ArmSpec, replicas: int, faults: dict[str, float]) -> Any:
-    args = (role, arm.model_uri, arm.version, arm.path, spec.threads, spec.dtype)
-    return ModelReplica.options(
-        name=role, num_replicas=replicas, user_config={"faults": faults},
-        version=_version(args, spec.replica_cpus), _internal=True,
-        ray_actor_options={"num_cpus": spec.replica_cpus,
-                           "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(spec.threads)}}},
+def _arm(spec: ServingSpec, role: str, arm: ArmSpec, replicas: int) -> Any:
+    if spec.arm_backend == "loop":
+        from quantgate.tasks.serving.replica import ModelReplica
+
+        args = (role, arm.model_uri, arm.version, arm.path, int(spec.engine.get("threads", 1)),
+                str(spec.engine.get("dtype", "float32")))
+        return ModelReplica.options(name=role, num_replicas=replicas, version=_version(args), _internal=True,
+                                    ray_actor_options={"num_cpus": spec.replica_cpus}).bind(*args)
+    args = (role, arm.model_uri, arm.version, arm.path, spec.engine, spec.state_dir or spec.log_dir)
+    return EngineArm.options(
+        name=role, num_replicas=replicas, version=_version(args, spec.replica_cpus), _internal=True,
+        ray_actor_options={"num_cpus": spec.replica_cpus},
     ).bind(*args)
 
 
 def build(spec: ServingSpec, *, weight: float, mirror_share: float, shadow_share: float) -> Any:
-    champion = _arm(spec, "champion", spec.champion, spec.champion_replicas, {})
-    canary = (_arm(spec, "canary", spec.canary, spec.canary_replicas, spec.canary_faults)
-              if spec.canary is not None else None)
+    champion = _arm(spec, "champion", spec.champion, spec.champion_replicas)
+    canary = _arm(spec, "canary", spec.canary, spec.canary_replicas) if spec.canary is not None else None
     settings = {k: v for k, v in asdict(spec).items()
                 if k in ("log_dir", "api_key_env", "default_max_tokens", "max_tokens", "max_prompt_chars")}
     settings["model_names"] = list(spec.model_names)
     return Router.options(
         user_config={"canary_weight": weight if canary is not None else 0.0, "mirror_share": mirror_share,
-                     "shadow_share": shadow_share},
+                     "shadow_share": shadow_share, "canary_faults": spec.canary_faults,
+                     "max_queue": spec.max_queue},
         ray_actor_options={"num_cpus": spec.router_cpus},
         version=_version(settings, spec.champion, spec.canary, spec.router_cpus), _internal=True,
     ).bind(champion, canary, settings)
 
 
 def deploy(spec: ServingSpec, *, weight: float = 0.0, mirror_share: float = 0.0, shadow_share: float = 0.0,
-           timeout_s: float = 300) -> str:
+           timeout_s: float = 900) -> str:
     """Deploy (or update) the app and wait until it answers; returns its base URL."""
     if spec.host not in ("127.0.0.1", "localhost", "::1"):
         raise ValueError(f"serving.host {spec.host!r}: this server binds loopback only")

@@ -1,9 +1,9 @@
 """One model's text generation for serving: the checkpoint on its fastest faithful CPU path, token
 by token with a KV cache, so a replica can stream and time each token (TTFT, TPOT).
 
-`Faults` makes a canary misbehave on purpose for drills and tests (`quantgate rollout --inject`):
-a share of requests fails, every request waits longer before its first token, or a share of answers
-is replaced by random tokens of the same length (what a broken quantization looks like to a user).
+The canary serves on the engine (`engine_arm.py`); this loop stays as the old serving path that
+`bench/serving_load.py` measures the engine against, and as the bench's decode path. Its `Faults`
+are the drill's faults as the router applies them (`faults.py`).
 """
 
 from __future__ import annotations
@@ -19,37 +19,8 @@ import torch
 
 from quantgate.tasks.model.fast_cpu import load_for_speed
 from quantgate.tasks.model.load import load_tokenizer
+from quantgate.tasks.serving.faults import Faults, InjectedFault
 from quantgate.tasks.serving.protocol import Prompt
-
-
-class InjectedFault(RuntimeError):
-    """A failure a drill asked for: served as a 500, like any replica error."""
-
-
-@dataclass(frozen=True)
-class Faults:
-    errors: float = 0.0  # share of requests that fail
-    latency_ms: float = 0.0  # added before the first token of every request
-    garbage: float = 0.0  # share of answers replaced by random tokens
-
-    @classmethod
-    def parse(cls, specs: list[str] | tuple[str, ...]) -> Faults:
-        """From `errors=0.2`, `latency_ms=500`, `garbage=0.3`; the error names the bad spec."""
-        values: dict[str, float] = {}
-        for spec in specs:
-            key, _, value = spec.partition("=")
-            if key not in cls.__dataclass_fields__ or not value:
-                raise ValueError(f"--inject {spec!r}: expected one of errors=, latency_ms=, garbage=")
-            try:
-                values[key] = float(value)
-            except ValueError:
-                raise ValueError(f"--inject {spec!r}: {value!r} is not a number") from None
-            if values[key] < 0 or (key != "latency_ms" and values[key] > 1):
-                raise ValueError(f"--inject {spec!r}: out of range")
-        return cls(**values)
-
-    def active(self) -> bool:
-        return bool(self.errors or self.latency_ms or self.garbage)
 
 
 @dataclass

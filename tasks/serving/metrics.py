@@ -17,25 +17,11 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from quantgate.tasks.engine.metrics import histogram_quantile
+
 REQUESTS = "ray_serve_deployment_request_counter"
 ERRORS = "ray_serve_deployment_error_counter"
 LATENCY = "ray_serve_deployment_processing_latency_ms"
-
-
-def histogram_quantile(q: float, buckets: list[tuple[float, float]]) -> float:
-    """Prometheus' `histogram_quantile`: linear inside the bucket that holds rank q·count.
-    `buckets`: (upper bound, cumulative count), +inf last."""
-    buckets = sorted(buckets)
-    if not buckets or buckets[-1][1] <= 0:
-        return math.nan
-    rank, lower, below = q * buckets[-1][1], 0.0, 0.0
-    for upper, count in buckets:
-        if count >= rank:
-            if math.isinf(upper):
-                return lower  # beyond the last finite bound: the bound is all that is known
-            return lower + (upper - lower) * (rank - below) / max(count - below, 1e-12)
-        lower, below = upper, count
-    return lower
 
 
 def parse(text: str, app_name: str) -> dict[str, dict[str, Any]]:

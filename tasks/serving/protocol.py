@@ -38,7 +38,8 @@ class _Request(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = None
     n: Literal[1] = 1
-    user: str | None = None
+    user: str | None = None  # also the sticky-routing key: one user's requests stay on one arm
+    stream_options: dict[str, Any] | None = None  # {"include_usage": true}: a last chunk with usage
 
 
 class ChatMessage(BaseModel):
@@ -138,3 +139,12 @@ def chunk_body(kind: str, model: str, chunk_id: str, delta: str | None, finish: 
         choice["text"] = delta or ""
     return {"id": chunk_id, "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
             "created": int(time.time()), "model": model, "choices": [choice]}
+
+
+def usage_body(kind: str, model: str, chunk_id: str, prompt_tokens: int, completion_tokens: int
+               ) -> dict[str, Any]:
+    """A stream's last chunk when the client asked for `stream_options.include_usage`: no choices."""
+    return {"id": chunk_id, "object": "chat.completion.chunk" if kind == "chat" else "text_completion",
+            "created": int(time.time()), "model": model, "choices": [],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens}}

@@ -16,17 +16,18 @@ import torch
 import torch.nn.functional as F
 
 from quantgate.conf.engine import EngineConf
+from quantgate.tasks.engine.checkpoints import servable
 from quantgate.tasks.engine.environment import EngineMissing, find_engine
 from quantgate.tasks.engine.metrics import scrape
 from quantgate.tasks.engine.server import EngineServer, EngineSpec, EngineStartError, engine_server
-from quantgate.tasks.evaluate.on_engine import evaluate_on_engine, servable
+from quantgate.tasks.evaluate.on_engine import evaluate_on_engine
 from quantgate.tasks.evaluate.perplexity import evaluate_checkpoint
 from quantgate.tasks.evaluate.served import score_served, sparse_kl, windows_for
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
 from quantgate.tasks.traffic.load import load_traffic, read_requests, write_requests
 from quantgate.tasks.traffic.tokens import encode_request
 
-from factories import engine_llama, mixed_records, perturbed_copy, write_traffic
+from factories import mixed_records, perturbed_copy, write_traffic
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -34,8 +35,8 @@ FP32 = EngineConf(dtype="float32", max_model_len=512, start_timeout_s=300)  # pa
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return str(engine_llama(tmp_path_factory.mktemp("engine") / "model"))
+def model_dir(tiny_model):
+    return tiny_model
 
 
 @pytest.fixture(scope="module")

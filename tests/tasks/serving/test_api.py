@@ -1,6 +1,8 @@
-"""The serving app for real: Ray Serve on loopback, two tiny-model deployments behind the router.
-An OpenAI client talks to it unchanged (streaming too); every bad request gets a 4xx with an
-OpenAI-style error body, and a good request afterwards still succeeds."""
+"""The serving app for real: Ray Serve on loopback, two vLLM engine servers of a tiny model behind the
+router. An OpenAI client talks to it unchanged (streaming too, usage included); every bad request gets
+a 4xx with an OpenAI-style error body (the engine's own for a prompt beyond its context), and a good
+request afterwards still succeeds; a user's requests stay on one arm; past the queue bound requests
+get 429; an engine killed under traffic fails its requests at once, and its arm comes back."""
 
 import json
 import shutil
@@ -11,7 +13,7 @@ from openai import BadRequestError, NotFoundError, OpenAI
 
 from quantgate.tasks.runtime.child_process import free_port
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +25,11 @@ def served(tiny_model, tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("serve")
     canary = shutil.copytree(tiny_model, tmp / "canary")
+    engine = {"dtype": "float32", "max_model_len": 512, "start_timeout_s": 300}
     spec = ServingSpec(app_name="api-test", model_names=("tiny",), log_dir=str(tmp / "logs"),
                        champion=ArmSpec("models:/tiny@champion", "1", tiny_model),
                        canary=ArmSpec("models:/tiny@canary", "2", str(canary)), port=free_port(),
-                       replica_cpus=0.25, max_prompt_chars=2000, max_tokens=64)
+                       replica_cpus=0.25, max_prompt_chars=2000, max_tokens=64, engine=engine)
     started = not ray.is_initialized()
     if started:
         ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=256 * 2**20,
@@ -46,9 +49,12 @@ def test_openai_client_unchanged_streaming_too(served):
                                           max_tokens=5)
     assert chat.choices[0].message.role == "assistant" and chat.usage.completion_tokens >= 1
     parts = list(client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
-                                                max_tokens=5, stream=True))
+                                                max_tokens=5, stream=True,
+                                                stream_options={"include_usage": True}))
     assert parts[0].choices[0].delta.role == "assistant"
-    assert parts[-1].choices[0].finish_reason in ("stop", "length")
+    assert parts[-2].choices[0].finish_reason in ("stop", "length")
+    assert not parts[-1].choices and parts[-1].usage.completion_tokens == sum(
+        1 for p in parts[:-1] if p.choices and p.choices[0].delta.content) >= 1
     done = client.completions.create(model="tiny", prompt="The quick brown", max_tokens=4)
     assert done.object == "text_completion" and done.usage.prompt_tokens >= 1
     streamed = "".join(c.choices[0].text for c in client.completions.create(
@@ -156,7 +162,7 @@ def test_shadow_copies_champion_traffic_to_the_canary_and_scores_each_pair(serve
         records = [r for r in read_jsonl(logs / "requests.jsonl") if r["id"] in ids]
         assert sorted((r["arm"], r["mirror"]) for r in records) == (
             [("canary", True)] * 3 + [("champion", False)] * 3)
-        assert all(r["cpu_s"] > 0 for r in records)  # each replica's CPU time: the estimated J/token
+        assert all(r["cpu_s"] > 0 for r in records)  # each engine's CPU time: the estimated J/token
         pairs = {r["id"]: r for r in read_jsonl(logs / "mirror.jsonl") if r["id"] in ids}
         assert set(pairs) == set(ids) and {r["source"] for r in pairs.values()} == {"shadow"}
         for r in pairs.values():  # a greedy answer is the model's likeliest: a finite, positive NLL
@@ -188,7 +194,8 @@ def test_ray_serve_metrics_count_what_each_deployment_served(served):
             "model": "tiny", "messages": [{"role": "user", "content": f"m{i}"}], "max_tokens": 2})
     deadline, figures, logged = time.monotonic() + 90, {}, {}
     while time.monotonic() < deadline:
-        records = read_jsonl(logs / "requests.jsonl")
+        # what reached an arm: a request refused for backpressure never did
+        records = [r for r in read_jsonl(logs / "requests.jsonl") if r["status"] != 429]
         logged = {arm: sum(r["arm"] == arm for r in records) for arm in ("champion", "canary")}
         logged["champion"] += len(read_jsonl(logs / "mirror.jsonl"))  # one scoring call per kept pair
         figures = cluster_metrics(spec.app_name)
@@ -196,5 +203,102 @@ def test_ray_serve_metrics_count_what_each_deployment_served(served):
             break
         time.sleep(2)
     assert {arm: figures[arm]["requests"] for arm in logged} == logged, (figures, logged)
-    assert figures["canary"]["errors"] == 0 and figures["champion"]["errors"] == 0
+    refused = {arm: sum(r["arm"] == arm and r["status"] != 200 for r in records) for arm in logged}
+    assert {arm: figures[arm]["errors"] for arm in logged} == refused  # the engine's 400s, if any ran
     assert 0 < figures["champion"]["latency_ms_p50"] <= figures["champion"]["latency_ms_p99"]
+
+
+def test_a_prompt_beyond_the_engines_context_gets_the_engines_400(served):
+    """The router's own limit (2,000 characters) lets it through; the engine (512 tokens) refuses it,
+    and its status and error body reach the client as they are."""
+    _, url, logs = served
+    r = httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+        "model": "tiny", "messages": [{"role": "user", "content": "x " * 900}], "max_tokens": 4})
+    assert r.status_code == 400, r.text
+    assert "context" in r.json()["error"]["message"].lower() or "token" in r.json()["error"]["message"]
+    from quantgate.tasks.rollout.window import read_jsonl
+
+    rid = r.headers["x-quantgate-request-id"]
+    assert [x["status"] for x in read_jsonl(logs / "requests.jsonl") if x["id"] == rid] == [400]
+
+
+def test_a_users_requests_stay_on_one_arm(served):
+    _, url, _ = served
+
+    def arms(user: str, n: int) -> set[str]:
+        return {httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+            "model": "tiny", "messages": [{"role": "user", "content": f"turn {i}"}], "max_tokens": 1,
+            "user": user}).headers["x-quantgate-arm"] for i in range(n)}
+
+    assert all(len(arms(f"user-{u}", 4)) == 1 for u in range(3))
+    assert set().union(*(arms(f"user-{u}", 1) for u in range(3, 23))) == {"champion", "canary"}
+    by_header = {httpx.post(f"{url}/v1/chat/completions", timeout=60, headers={"x-session-id": "s-1"}, json={
+        "model": "tiny", "messages": [{"role": "user", "content": f"x{i}"}], "max_tokens": 1}
+    ).headers["x-quantgate-arm"] for i in range(4)}
+    assert len(by_header) == 1
+
+
+def test_past_the_queue_bound_requests_get_429_and_none_is_lost(served):
+    import concurrent.futures
+
+    from quantgate.tasks.rollout.window import read_jsonl
+    from quantgate.tasks.serving.app import deploy
+
+    spec, url, logs = served
+    deploy(dataclasses_replace(spec, max_queue=2), weight=0.5, mirror_share=0.0)
+    try:
+        def send(i: int) -> httpx.Response:
+            return httpx.post(f"{url}/v1/chat/completions", timeout=120, json={
+                "model": "tiny", "messages": [{"role": "user", "content": f"load {i}"}], "max_tokens": 48})
+
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(send, range(12)))
+    finally:
+        deploy(spec, weight=0.5, mirror_share=1.0)
+    statuses = sorted(r.status_code for r in answers)
+    assert set(statuses) == {200, 429} and statuses.count(200) >= 2, statuses
+    refused = [r for r in answers if r.status_code == 429]
+    assert all(r.headers["retry-after"] == "1" and r.json()["error"]["code"] == "rate_limit_exceeded"
+               for r in refused)
+    logged = {x["id"]: x["status"] for x in read_jsonl(logs / "requests.jsonl")}
+    assert all(logged[r.headers["x-quantgate-request-id"]] == r.status_code for r in answers)
+
+
+def dataclasses_replace(spec, **changes):
+    import dataclasses
+
+    return dataclasses.replace(spec, **changes)
+
+
+def test_an_engine_killed_under_traffic_fails_fast_and_comes_back(served):
+    """SIGKILL the canary's engine: requests to the canary fail with a 500 at once (never hang), Ray
+    Serve's health check replaces the arm, and the canary answers again with a new engine."""
+    import os
+    import signal
+    import time
+
+    from ray import serve
+
+    from quantgate.tasks.serving.app import deploy
+
+    spec, url, _ = served
+    handle = serve.get_deployment_handle("canary", spec.app_name)
+    before = handle.info.remote().result()
+    deploy(spec, weight=1.0, mirror_share=0.0)
+    try:
+        os.kill(before["engine_pid"], signal.SIGKILL)
+        started = time.monotonic()
+        r = httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+            "model": "tiny", "messages": [{"role": "user", "content": "after the kill"}], "max_tokens": 4})
+        assert r.status_code == 500 and r.headers["x-quantgate-arm"] == "canary"
+        assert time.monotonic() - started < 30
+        deadline, answered = time.monotonic() + 400, None
+        while time.monotonic() < deadline and answered is None:
+            time.sleep(3)
+            r = httpx.post(f"{url}/v1/chat/completions", timeout=60, json={
+                "model": "tiny", "messages": [{"role": "user", "content": "back?"}], "max_tokens": 2})
+            answered = r if r.status_code == 200 else None
+        assert answered is not None, "the canary arm did not come back"
+        assert handle.info.remote().result()["engine_pid"] != before["engine_pid"]
+    finally:
+        deploy(spec, weight=0.5, mirror_share=1.0)
