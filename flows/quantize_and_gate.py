@@ -78,21 +78,23 @@ def _quantize(config: PipelineConfig, spec: VariantSpec, model: ModelRef, traffi
 
 def _perplexity(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
                 traffic: PreparedTraffic, baseline: PrefectFuture[Any] | None = None, look: str = "all",
-                first: PrefectFuture[Any] | None = None, on_reference: bool = False) -> PrefectFuture[Any]:
+                first: PrefectFuture[Any] | None = None, model: ModelRef | None = None) -> PrefectFuture[Any]:
     """Perplexity per request; a variant's also measures its KL from the baseline's record. `look`:
     the whole held-out set, or the first look of the two-look screen, or the rest after `first`.
-    Scored by the serving engine (eval.backend) unless `on_reference` or no engine serves it."""
+    Scored by the serving engine (eval.backend), or on the reference path against the baseline
+    scored there (`model`: where that baseline lives) when the engine does not serve the variant."""
+    state = str(config.runtime.state_dir.resolve())
     with remote_options(num_cpus=config.eval.num_cpus):
         return evaluate_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
                                     traffic=traffic, conf=config.eval, engine=config.engine,
-                                    state_dir=str(config.runtime.state_dir.resolve()), baseline=baseline,
-                                    look=look, first_share=config.gate.screen_share, first=first,
-                                    on_reference=on_reference)
+                                    state_dir=state, baseline=baseline, look=look,
+                                    first_share=config.gate.screen_share, first=first,
+                                    baseline_checkpoint=model.path if model else "",
+                                    baseline_results_dir=model.results_dir(state) if model else "")
 
 
 def _engine_scored(config: PipelineConfig, spec: VariantSpec) -> bool:
-    """Whether the serving engine scores this variant (else the reference path, against the baseline
-    scored there too: a pair is always measured one way)."""
+    """Whether the serving engine is meant to score this variant (its format has a production engine)."""
     return config.eval.backend == "engine" and type(spec).engine_serves
 
 
@@ -161,25 +163,6 @@ def _next_quantizations(queue: list[VariantSpec], cpus: int | None, held: float,
     return taken
 
 
-class _Baselines:
-    """The baseline's perplexity as each variant is paired with it: scored by the engine (eval.backend:
-    engine), and on the reference path for the variants no engine serves, submitted when the first of
-    them needs it."""
-
-    def __init__(self, config: PipelineConfig, model: ModelRef, traffic: PreparedTraffic, state: str) -> None:
-        self.config, self.model, self.traffic, self.state = config, model, traffic, state
-        self.main = _perplexity(config, "baseline", model.path, model.results_dir(state), traffic)
-        self.reference: PrefectFuture[Any] | None = None
-
-    def of(self, spec: VariantSpec) -> PrefectFuture[Any]:
-        if self.config.eval.backend == "reference" or _engine_scored(self.config, spec):
-            return self.main
-        if self.reference is None:
-            self.reference = _perplexity(self.config, "baseline", self.model.path,
-                                         self.model.results_dir(self.state), self.traffic, on_reference=True)
-        return self.reference
-
-
 class _Progress:
     """The variants stage's progress as a Prefect artifact: the share of variants that are done
     (failed, rejected at the perplexity screen, or through their task evals)."""
@@ -221,10 +204,10 @@ def _submit_evals(config: PipelineConfig, name: str, ckpt: str, traffic: Prepare
 
 
 def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelRef, traffic: PreparedTraffic,
-                            state: str, baselines: _Baselines) -> list[VariantScores]:
+                            state: str, base_ppl: PrefectFuture[Any]) -> list[VariantScores]:
     """One quantization per variant, each then perplexity and its screen (two looks when screen_share
     < 1: a first-look reject reads no more), then task evals unless rejected (gate.staged)."""
-    base_ppl, specs = baselines.main, {s.name: s for s in plan.runnable}
+    specs = {s.name: s for s in plan.runnable}
     def submit(stage: str, name: str, future: PrefectFuture[Any], num_cpus: float) -> None:
         pending[future] = (stage, name)
         cpus_of[future] = num_cpus
@@ -235,11 +218,11 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
                    spec.resources.num_cpus)
 
     def perplexity(name: str, look: str = "all") -> None:
-        ckpt, base = quantized[name].checkpoint, baselines.of(specs[name])
-        ppl[name] = _perplexity(config, name, ckpt, ckpt, traffic, base, look,
-                                ppl.get(name) if look == "rest" else None, on_reference=base is not base_ppl)
+        ckpt = quantized[name].checkpoint
+        ppl[name] = _perplexity(config, name, ckpt, ckpt, traffic, base_ppl, look,
+                                ppl.get(name) if look == "rest" else None, model=model)
         stage = "first look" if look == "first" else "screen"
-        submit(stage, name, _screen(config, name, base, ppl[name]), config.eval.num_cpus)
+        submit(stage, name, _screen(config, name, base_ppl, ppl[name]), config.eval.num_cpus)
 
     pending: dict[PrefectFuture[Any], tuple[str, str]] = {}
     cpus_of: dict[PrefectFuture[Any], float] = {}  # a screen holds its perplexity's CPU
@@ -259,7 +242,10 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             quantized[name] = result
             reused = result.reused or fut.state.name == "Cached"  # Prefect's cache returns the first result
             print(f"      {name}: quantized in {result.seconds:.1f} s{' (reused)' if reused else ''}")
-            perplexity(name, "first" if config.gate.two_looks else "all")
+            # Two looks on the reference path; on the engine one (a second look would start a second
+            # engine server, ~30 s, for what scoring the rest costs anyway).
+            two = config.gate.two_looks and not _engine_scored(config, specs[name])
+            perplexity(name, "first" if two else "all")
         elif stage in ("screen", "first look"):
             print(f"      {name}: perplexity {stage}: {result.status} ({result.decided_by}): "
                   + result.reasons[0])
@@ -279,20 +265,17 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             print(f"      {name}: task evals done in {result.seconds:.0f} s")
         progress.update(set(errors) | set(tasks))
         fill()
-    return _scores(config, quantized, ppl, tasks, longs, errors, baselines)
+    return _scores(config, quantized, ppl, tasks, longs, errors)
 
 
 def _scores(config: PipelineConfig, quantized: dict[str, Any], ppl: dict[str, PrefectFuture[Any]],
-            tasks: dict[str, Any], longs: dict[str, Any], errors: dict[str, str],
-            baselines: _Baselines) -> list[VariantScores]:
+            tasks: dict[str, Any], longs: dict[str, Any], errors: dict[str, str]) -> list[VariantScores]:
     """Each variant's evidence as far as it got (a screened-out one: its perplexity alone)."""
     scores = []
     for spec in config.variants:
         q, err = quantized.get(spec.name), errors.get(spec.name, "")
         evaluated = outcome(ppl[spec.name])[0] if spec.name in ppl else None
-        base = baselines.of(spec) if evaluated is not None else None
         scores.append(VariantScores(spec.name, spec.method, spec.control, evaluated, error=err,
-                                    baseline_eval=value(base) if base is not baselines.main else None,
                                     lmeval=tasks.get(spec.name), long=longs.get(spec.name),
                                     quantize_seconds=q.seconds if q else float("nan"),
                                     quantize_cpu_seconds=q.cpu_seconds if q else float("nan"),
@@ -378,7 +361,7 @@ def quantize_and_gate(config: PipelineConfig, traffic_window: str | None = None)
     with remote_options(num_cpus=config.eval.num_cpus):
         calibration = calibrate_task.submit(model=model, traffic=traffic, conf=config.calibration,
                                             num_cpus=config.eval.num_cpus, state_dir=state)
-    baselines = _Baselines(config, model, traffic, state)
+    base_ppl = _perplexity(config, "baseline", model.path, model.results_dir(state), traffic)
     base_tasks = _tasks(config, "baseline", model.path, model.results_dir(state), traffic)
     base_long = (_long(config, "baseline", model.path, model.results_dir(state))
                  if config.long_context.enabled else None)
@@ -387,8 +370,8 @@ def quantize_and_gate(config: PipelineConfig, traffic_window: str | None = None)
 
     print(f"[4/7] quantizing {len(plan.runnable)} variants (Ray); each then perplexity, the perplexity "
           f"screen{' (a reject skips the later stages)' if config.gate.staged else ''}, task evals")
-    variants = _quantize_then_evaluate(config, plan, model, traffic, state, baselines)
-    baseline = _baseline(model, baselines.main, base_tasks, base_long)
+    variants = _quantize_then_evaluate(config, plan, model, traffic, state, base_ppl)
+    baseline = _baseline(model, base_ppl, base_tasks, base_long)
     clock.lap("variants")
     survivors = survivors_task(baseline=baseline, variants=variants, gate=config.gate,
                                min_slice_tokens=config.eval.min_slice_tokens,

@@ -97,12 +97,18 @@ _REASONS = [
 ]
 
 
+# vLLM's pointers to the real reason, which it logged before them
+_GENERIC = re.compile(r"See stack trace|encountered an issue|check the stack trace above|See root cause",
+                      re.I)
+
+
 def reason_from_log(text: str, port: int) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and " WARNING " not in ln]
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and " WARNING " not in ln and not _GENERIC.search(ln)]
     for pattern, form in _REASONS:
         for line in reversed(lines):
             if m := pattern.search(line):
-                return form.format(port=port, line=line[-300:], match=m.group(m.lastindex or 0)[-300:])
+                return form.format(port=port, line=line[-300:], match=m.group(m.lastindex or 0)[:300])
     return lines[-1][-300:] if lines else "the engine printed nothing"
 
 
@@ -142,12 +148,27 @@ class EngineServer:
                 raise EngineStartError(f"engine for {self.spec.served_name} exited "
                                        f"({self.process.returncode}): {self.reason()}", self.log_path)
             if self.healthy():
+                self._first_token(timeout_s)
                 return
             if time.monotonic() - started > timeout_s:
                 raise EngineStartError(f"engine for {self.spec.served_name} not healthy after "
                                        f"{timeout_s:.0f} s: {self.reason()}", self.log_path)
             raise_if_stopping()
             time.sleep(0.5)
+
+    def _first_token(self, timeout_s: float) -> None:
+        """One token before the server counts as started: a kernel the engine's build lacks fails only
+        at the first forward (W4A16 on vLLM's AVX2 CPU build: no `cpu_gemm_wna16`), after /health."""
+        try:
+            r = httpx.post(f"{self.base_url}/v1/completions", timeout=timeout_s, json={
+                "model": self.spec.served_name, "prompt": [0, 0], "max_tokens": 1, "temperature": 0.0})
+            ok = r.status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        if not ok:
+            time.sleep(1)  # the engine's last words reach its log
+            raise EngineStartError(f"engine for {self.spec.served_name} failed its first token: "
+                                   f"{self.reason()}", self.log_path)
 
     def healthy(self) -> bool:
         with contextlib.suppress(httpx.HTTPError):

@@ -12,6 +12,7 @@ arXiv 2407.09141).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -44,9 +45,16 @@ class TopKRecorder:
         self.logp[offset: offset + len(idx)] = values.numpy()
 
     def save(self, path: str) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "wb") as f:  # np.savez would append ".npz" to a name without it
-            np.savez_compressed(f, idx=self.idx, logp=self.logp)
+        save_topk(path, self.idx, self.logp)
+
+
+def save_topk(path: str, idx: np.ndarray, logp: np.ndarray) -> None:
+    """A top-k record, written whole or not at all (two evaluations may race to write the same)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(f"{path}.{os.getpid()}.partial")
+    with open(tmp, "wb") as f:  # np.savez would append ".npz" to a name without it
+        np.savez_compressed(f, idx=idx, logp=logp)
+    tmp.replace(path)
 
 
 class KlMeter:

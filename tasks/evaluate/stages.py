@@ -5,6 +5,7 @@ baseline's evaluations are reused across runs and a killed run resumes without r
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from prefect import task
@@ -12,6 +13,7 @@ from prefect import task
 from quantgate.conf.engine import EngineConf
 from quantgate.conf.schema import EvalConf, LmEvalConf, LongContextConf
 from quantgate.tasks.engine.checkpoints import servable
+from quantgate.tasks.engine.server import EngineStartError
 from quantgate.tasks.evaluate.lmeval import LmEvalResult, lmeval_dir_name, read_lmeval, run_lmeval
 from quantgate.tasks.evaluate.long_context import LongContextResult, read_long_context, run_long_context
 from quantgate.tasks.evaluate.on_engine import evaluate_on_engine, scorer_key
@@ -25,30 +27,61 @@ from quantgate.tasks.traffic.prepare import PreparedTraffic
 def evaluate_task(*, variant: str, checkpoint: str, results_dir: str, traffic: PreparedTraffic,
                   conf: EvalConf, engine: EngineConf, state_dir: str, baseline: EvalResult | None = None,
                   look: str = "all", first_share: float = 1.0, first: EvalResult | None = None,
-                  on_reference: bool = False) -> EvalResult:
+                  baseline_checkpoint: str = "", baseline_results_dir: str = "") -> EvalResult:
     """The baseline (`baseline` None) records its top-k next-token record; a variant measures its
     KL from that record. `look`: all requests, or the first look of a two-look screen, or the rest
-    (merged with `first`). Scored by the engine (eval.backend: engine) unless no engine serves the
-    checkpoint, or `on_reference` asks for the reference path (the baseline that such variants are
-    paired with)."""
+    (merged with `first`). With eval.backend engine, scored by the serving engine; a checkpoint the
+    engine does not serve (no production engine for its format, or the engine refuses it on this
+    machine) is scored on the reference path against the baseline scored there (`baseline_*`:
+    where that baseline is, evaluated here if it is not yet), labelled with the reason."""
     not_served = servable(checkpoint) if conf.backend == "engine" else ""
-    backend = "reference" if conf.backend == "reference" or not_served or on_reference else "engine"
-    scorer = scorer_key(engine) if backend == "engine" else ""
-    out = Path(results_dir) / eval_file_name(traffic.heldout_path, conf, look, first_share, scorer)
-    if out.is_file():  # same model, held-out set, settings and code: the result is on disk
-        return read_eval(str(out))
-    if backend == "engine":
-        return evaluate_on_engine(checkpoint, traffic.heldout_path, str(out), engine=engine,
-                                  state_dir=state_dir, window=conf.window, name=variant,
-                                  reference=baseline.reference_path if baseline else None,
-                                  record_reference=baseline is None, look=look, first_share=first_share,
-                                  first=first)
+    if conf.backend == "engine" and not not_served:
+        out = Path(results_dir) / eval_file_name(traffic.heldout_path, conf, look, first_share,
+                                                 scorer_key(engine))
+        if out.is_file():  # same model, held-out set, settings and code: the result is on disk
+            return read_eval(str(out))
+        try:
+            return evaluate_on_engine(checkpoint, traffic.heldout_path, str(out), engine=engine,
+                                      state_dir=state_dir, window=conf.window, name=variant,
+                                      reference=baseline.reference_path if baseline else None,
+                                      record_reference=baseline is None, look=look,
+                                      first_share=first_share, first=first)
+        except EngineStartError as exc:
+            if baseline is None:  # the baseline itself: nothing to compare with, the run stops here
+                raise
+            not_served = f"not served on vLLM here: {exc.reason}"
+            print(f"      {variant}: {not_served}; scored on the reference path", flush=True)
+    if not_served and baseline is not None:  # paired with the baseline on the same path
+        baseline = reference_baseline(baseline_checkpoint, baseline_results_dir, traffic, conf)
+    out = Path(results_dir) / eval_file_name(traffic.heldout_path, conf, look, first_share)
+    if out.is_file():
+        return dataclasses.replace(read_eval(str(out)), not_served=not_served,
+                                   paired_baseline=_paired(baseline, not_served))
     set_threads(conf.num_cpus)
     return evaluate_checkpoint(checkpoint, traffic.heldout_path, str(out), window=conf.window,
                                batch_size=conf.batch_size, dtype=conf.dtype,
                                reference=baseline.reference_path if baseline else None,
                                record_reference=baseline is None, look=look, first_share=first_share,
-                               first=first, not_served=not_served)
+                               first=first, not_served=not_served,
+                               paired_baseline=_paired(baseline, not_served))
+
+
+def _paired(baseline: EvalResult | None, not_served: str) -> str:
+    return baseline.result_path if baseline is not None and not_served else ""
+
+
+def reference_baseline(checkpoint: str, results_dir: str, traffic: PreparedTraffic, conf: EvalConf
+                       ) -> EvalResult:
+    """The baseline scored on the reference path, with its top-k record: read where an earlier
+    variant left it, else evaluated now (written atomically: two variants racing write the same)."""
+    if not checkpoint:
+        raise ValueError("a variant scored on the reference path needs the baseline's checkpoint")
+    out = Path(results_dir) / eval_file_name(traffic.heldout_path, conf)
+    if out.is_file():
+        return read_eval(str(out))
+    set_threads(conf.num_cpus)
+    return evaluate_checkpoint(checkpoint, traffic.heldout_path, str(out), window=conf.window,
+                               batch_size=conf.batch_size, dtype=conf.dtype, record_reference=True)
 
 
 # Prints stay prints here: `datasets` fingerprints lm-eval's data with dill, which reads a function's

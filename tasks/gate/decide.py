@@ -30,7 +30,7 @@ from quantgate.conf.methods import ENGINE_SERVES
 from quantgate.conf.schema import OBJECTIVES, GateConf
 from quantgate.tasks.evaluate.lmeval import LmEvalResult
 from quantgate.tasks.evaluate.long_context import LongContextResult
-from quantgate.tasks.evaluate.perplexity import EvalResult
+from quantgate.tasks.evaluate.perplexity import EvalResult, read_eval
 from quantgate.tasks.gate.evidence import OVERALL, Check, kl_checks, perplexity_checks, task_checks
 from quantgate.tasks.gate.paired import holm
 from quantgate.tasks.judge.pairwise import JudgeSummary
@@ -57,9 +57,6 @@ class VariantScores:
     # "perf.ttft_ms", "energy.j_per_token", ... (empty when the bench did not run).
     perf: dict[str, float] = field(default_factory=dict)
     checkpoint: str | None = None  # the evaluated checkpoint folder (None: nothing to register)
-    # The baseline's perplexity scored the way this variant's was, when that is not the run's baseline
-    # (a format no engine serves, scored on the reference path): its pairs are measured one way.
-    baseline_eval: EvalResult | None = None
 
     @property
     def stage(self) -> str:
@@ -143,12 +140,25 @@ def _point_estimates(checks: list[Check]) -> dict:
             "worst_task_slice_recovery": task_slices.get(worst_task, math.nan)}
 
 
+def servable(v: VariantScores) -> bool:
+    """Its format has a production engine, and the engine served it here (not refused, not a fallback)."""
+    return ENGINE_SERVES.get(v.method, True) and not (v.eval is not None and v.eval.not_served)
+
+
+def paired_baseline(evaluated: EvalResult | None, run_baseline: EvalResult | None) -> EvalResult | None:
+    """The baseline a variant's perplexity pairs with: the run's, or the one scored on the same path
+    (a variant the engine does not serve is scored on the reference path, against that baseline)."""
+    if evaluated is not None and evaluated.paired_baseline:
+        return read_eval(evaluated.paired_baseline)
+    return run_baseline
+
+
 def gate_variant(v: VariantScores, baseline: VariantScores, gate: GateConf, *, min_slice_tokens: int,
                  min_slice_items: int, judge_vote: JudgeVote | None = None) -> Verdict:
     if v.eval is None:
         status = "inconclusive" if v.error.startswith("skipped") else "reject"
         return Verdict(v.name, status, "error", "none", [v.error or "not evaluated"])
-    base_eval = v.baseline_eval or baseline.eval
+    base_eval = paired_baseline(v.eval, baseline.eval)
     assert base_eval is not None, "the baseline is evaluated before the gate"
     checks = perplexity_checks(base_eval, v.eval, gate, min_tokens=min_slice_tokens)
     checks += kl_checks(base_eval, v.eval, gate, min_tokens=min_slice_tokens)
@@ -281,12 +291,11 @@ def decide(baseline: VariantScores, variants: list[VariantScores], gate: GateCon
                 for v in variants}
     # A winner goes to the canary, and the canary serves on the production engine: a format no
     # engine serves (QuIP#, AQLM) is gated and reported, never chosen.
-    eligible = [v for v in variants if verdicts[v.name].passed and not v.control
-                and ENGINE_SERVES.get(v.method, True)]
+    eligible = [v for v in variants if verdicts[v.name].passed and not v.control and servable(v)]
     if not eligible:
-        unservable = [v.name for v in variants
-                      if verdicts[v.name].passed and not ENGINE_SERVES.get(v.method, True)]
-        why = f" ({', '.join(unservable)} passed, but no production engine serves it)" if unservable else ""
+        unservable = [v.name for v in variants if verdicts[v.name].passed and not servable(v)]
+        why = (f" ({', '.join(unservable)} passed, but the serving engine does not serve it)"
+               if unservable else "")
         return GateDecision(verdicts, None, f"no variant passed the gate{why}: the champion stays")
     best = min(eligible, key=lambda v: (verdicts[v.name].status != "pass",
                                         *(_objective_value(v, k) for k in gate.objective)))

@@ -72,7 +72,9 @@ def comparison_rows(
         label = f"{verdict.status.upper()} ({verdict.decided_by})"
         if v.control:
             label = f"control, {label}"
-        if not ENGINE_SERVES.get(v.method, True):
+        if v.eval.not_served:
+            label = f"{label}; {v.eval.not_served} (reference path, never canaried)"
+        elif not ENGINE_SERVES.get(v.method, True):
             label = f"{label}; not servable on vLLM (reference path, never canaried)"
         if decision.winner == v.name:
             label = f"WINNER, {label}"

@@ -154,6 +154,10 @@ def log_child_run(
         client.set_tag(rid, "gate.notes", "; ".join(verdict.notes)[:4000])
     if scores.error:
         client.set_tag(rid, "error", scores.error[:4000])
+    if scores.eval is not None:  # what scored it: the serving engine, or the reference path and why
+        client.set_tag(rid, "eval.scored_by", scores.eval.scored_by)
+        if scores.eval.not_served:
+            client.set_tag(rid, "eval.not_served", scores.eval.not_served[:4000])
     for path in artifacts:
         client.log_artifact(rid, path)
     status = (RunStatus.FINISHED if scores.eval is not None

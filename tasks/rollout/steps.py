@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from quantgate.conf.hardware import hardware_profile
 from quantgate.conf.schema import PipelineConfig
+from quantgate.tasks.engine.metrics import EngineSnapshot, parse_metrics
 from quantgate.tasks.registry import champion as registry
 from quantgate.tasks.rollout.analysis import Measurement
 from quantgate.tasks.rollout.context import RolloutContext, close_mlflow_run
@@ -44,7 +45,8 @@ def spec(config: PipelineConfig, ctx: RolloutContext) -> app.ServingSpec:
         champion=app.ArmSpec(f"models:/{ctx.registered_model}@champion", ctx.champion_version,
                              ctx.champion_path),
         canary=app.ArmSpec(f"models:/{ctx.registered_model}@canary", ctx.canary_version, ctx.canary_path),
-        host=s.host, port=s.port, replica_cpus=s.replica_cpus, engine=config.engine.model_dump(mode="json"),
+        host=s.host, port=s.port, replica_cpus=s.replica_cpus, replica_gpus=s.replica_gpus,
+        engine=config.engine.model_dump(mode="json"),
         state_dir=str(config.runtime.state_dir.resolve()), api_key_env=s.api_key_env,
         default_max_tokens=s.default_max_tokens, max_tokens=s.max_tokens, max_prompt_chars=s.max_prompt_chars,
         max_queue=s.max_queue, canary_faults=dict(ctx.faults))
@@ -97,6 +99,7 @@ def run_step(config: PipelineConfig, ctx: RolloutContext, k: int, base_url: str,
             record(ctx, "decision", step=k, outcome="failed", failed_metrics=[],
                    reason="the `canary` alias was removed (a person rolled back)")
             return "failed"
+        engines_before = _engine_snapshots(spec(config, ctx).app_name)
         w = run_window(base_url=base_url, model_name=ctx.served_names[0], prompts=prompts, weight=weight,
                        step_index=k, conf=conf, log_dir=ctx.log_dir, judge=judge, api_key=api_key,
                        watts_per_busy_core=hardware_profile(config.bench.hardware).watts_per_busy_core,
@@ -105,7 +108,8 @@ def run_step(config: PipelineConfig, ctx: RolloutContext, k: int, base_url: str,
         # Ray Serve's own per-deployment counters and latency histogram, cumulative, beside the
         # window's per-request samples (the operator's view; the analysis reads the samples).
         record(ctx, "window", step=k, weight=weight, **w.to_dict(),
-               ray_serve=serve_metrics.cluster_metrics(spec(config, ctx).app_name))
+               ray_serve=serve_metrics.cluster_metrics(spec(config, ctx).app_name),
+               engines=_engine_windows(engines_before, _engine_snapshots(spec(config, ctx).app_name)))
         _metrics(ctx, k, weight, w.measurements)
         decision = decide_step(windows, conf)
         print(f"      step {k + 1}/{len(conf.steps)} ({conf.steps[k]:g} %): {w.sent} requests in "
@@ -115,6 +119,26 @@ def run_step(config: PipelineConfig, ctx: RolloutContext, k: int, base_url: str,
             record(ctx, "decision", step=k, outcome=decision.outcome, reason=decision.reason,
                    failed_metrics=list(decision.failed_metrics))
             return decision.outcome
+
+
+def _engine_snapshots(app_name: str) -> dict[str, EngineSnapshot]:
+    """Each arm's engine metrics now (an arm that does not answer is left out: the window's errors
+    say why)."""
+    from ray import serve
+
+    out = {}
+    for role in ("champion", "canary"):
+        with contextlib.suppress(Exception):
+            text = serve.get_deployment_handle(role, app_name).metrics_text.remote().result(timeout_s=15)
+            out[role] = parse_metrics(text)
+    return out
+
+
+def _engine_windows(before: dict[str, EngineSnapshot], after: dict[str, EngineSnapshot]) -> dict[str, dict]:
+    """The engines' own view of the window, per arm: TTFT, ITL, queueing and end-to-end quantiles
+    from their histograms, requests and tokens (beside the router's per-request samples)."""
+    return {role: {k: v for k, v in after[role].since(before[role]).summary().items() if v == v}
+            for role in after if role in before}
 
 
 def promote(config: PipelineConfig, ctx: RolloutContext, reason: str, base_url: str | None) -> None:

@@ -43,6 +43,7 @@ class ServingSpec:
     host: str = "127.0.0.1"
     port: int = 8000
     replica_cpus: float = 0.5  # Ray's accounting; an engine's threads run on cores of their own
+    replica_gpus: float = 0.0  # a GPU per arm on a cluster (its engine runs there)
     router_cpus: float = 0.1
     engine: dict[str, Any] = field(default_factory=dict)  # conf.engine.EngineConf's fields
     state_dir: str = ""  # where the engines' logs go (default: log_dir)
@@ -99,8 +100,8 @@ def _arm(spec: ServingSpec, role: str, arm: ArmSpec, replicas: int) -> Any:
                                     ray_actor_options={"num_cpus": spec.replica_cpus}).bind(*args)
     args = (role, arm.model_uri, arm.version, arm.path, spec.engine, spec.state_dir or spec.log_dir)
     return EngineArm.options(
-        name=role, num_replicas=replicas, version=_version(args, spec.replica_cpus), _internal=True,
-        ray_actor_options={"num_cpus": spec.replica_cpus},
+        name=role, num_replicas=replicas, version=_version(args, spec.replica_cpus, spec.replica_gpus),
+        _internal=True, ray_actor_options={"num_cpus": spec.replica_cpus, "num_gpus": spec.replica_gpus},
     ).bind(*args)
 
 

@@ -23,10 +23,11 @@ def test_every_profile_validates(path):
 def test_default_is_embedded_and_points_at_shipped_traffic():
     config = load_config()
     assert config.traffic.path.is_file(), config.traffic.path
-    # Every method a user can ship is in the default; the quality profile holds every method there is
-    # (the default leaves out the slowest 2-bit control, int2_gptq, for time).
+    # Every method a user can ship on a CPU is in the default (FP8 W8A8, with or without the FP8 KV
+    # cache, is for GPU targets: a CPU engine serves it on a fallback); the quality profile holds every
+    # method there is (the default leaves out the slowest 2-bit control, int2_gptq, for time).
     shipped = {v.method for v in load_config(CONF_DIR / "quality.yaml").variants if not v.control}
-    assert shipped <= {v.method for v in config.variants}
+    assert shipped - {"fp8_w8a8", "kv_fp8"} <= {v.method for v in config.variants}
     assert {v.method for v in load_config(CONF_DIR / "quality.yaml").variants} == set(METHOD_NAMES)
 
 
@@ -78,8 +79,8 @@ def test_relative_traffic_path_resolves_against_the_yaml(tmp_path):
 
 def test_select_keeps_named_variants_and_rejects_unknown():
     config = load_config()
-    assert [v.name for v in config.select(["int4_rtn", "fp8_w8a8"]).variants] == [
-        "int4_rtn", "fp8_w8a8"]
+    assert [v.name for v in config.select(["int4_rtn", "int8_w8a8"]).variants] == [
+        "int4_rtn", "int8_w8a8"]
     with pytest.raises(ValueError, match="unknown"):
         config.select(["nope"])
 

@@ -74,8 +74,9 @@ def deployed(tmp_path_factory, tiny_model):
     conf = {"model": {"name": tiny_model, "served_name": "tiny"},
             "traffic": {"path": str(traffic), "calibration_size": 12, "heldout_size": 36},
             "calibration": {"max_seq_len": 64},
-            "eval": {"window": 64, "batch_size": 8, "min_slice_tokens": 50},
-            "variants": [{"name": "int4_gptq", "method": "int4_gptq", "group_size": 32, "num_samples": 4}],
+            # the deployments' mechanics: perplexity on the reference path; the canary is on the engine
+            "eval": {"window": 64, "batch_size": 8, "min_slice_tokens": 50, "backend": "reference"},
+            "variants": [{"name": "int8_w8a8", "method": "int8_w8a8", "num_samples": 4}],
             "lmeval": {"tasks": ["qg_facts_mc"], "limit": 4, "batch_size": 4, "min_slice_items": 2},
             "judge": {"enabled": False}, "long_context": {"enabled": False}, "bench": {"enabled": False},
             "plan": {"target": "a100-80gb"},
@@ -151,9 +152,9 @@ def test_a_passing_gate_starts_the_rollout_and_two_runs_never_overlap(deployed):
     rollouts = _wait("the triggered rollout", lambda: [
         r for r in _runs(api, "canary_rollout")
         if r.parameters.get("run") == str(a.id) and r.state and r.state.is_final()] or None, timeout=400)
-    assert rollouts[0].state.is_completed() and rollouts[0].parameters["variant"] == "int4_gptq"
+    assert rollouts[0].state.is_completed() and rollouts[0].parameters["variant"] == "int8_w8a8"
     client = MlflowClient(tracking_uri=mlflow)
-    assert client.get_model_version_by_alias("tiny", "champion").tags["variant"] == "int4_gptq"
+    assert client.get_model_version_by_alias("tiny", "champion").tags["variant"] == "int8_w8a8"
     # The second run's gate named the same version: its rollout (if its event came after the
     # promotion) found nothing to do, and no run failed.
     _wait("every rollout ended", lambda: all(r.state and r.state.is_final()
@@ -219,9 +220,9 @@ def test_the_uis_show_the_runs_in_a_real_browser(deployed):
         page.goto(f"{ui}/artifacts")
         page.get_by_text("gate-report").first.wait_for()
         # The cards' descriptions go through a markdown renderer that paints after the keys.
-        page.get_by_text("canary rollout of int4_gptq:").first.wait_for()
+        page.get_by_text("canary rollout of int8_w8a8:").first.wait_for()
         body = page.inner_text("body")
-        assert "drift-report" in body and "canary rollout of int4_gptq: promoted" in body, body[:2000]
+        assert "drift-report" in body and "canary rollout of int8_w8a8: promoted" in body, body[:2000]
         assert "variants-progress" in body, body[:2000]  # the long stage's progress artifact
         screenshot(page, "prefect-artifacts")
 
@@ -236,7 +237,7 @@ def test_the_uis_show_the_runs_in_a_real_browser(deployed):
         page.get_by_text("Comparing 2 Runs").first.wait_for()
         page.get_by_text("gate.verdict").first.wait_for()
         body = page.inner_text("body")
-        assert "int4_gptq" in body and "baseline" in body and "ppl" in body, body[:2000]
+        assert "int8_w8a8" in body and "baseline" in body and "ppl" in body, body[:2000]
         screenshot(page, "mlflow-compare-variants")
 
 

@@ -19,8 +19,12 @@ from quantgate.tasks.runtime.child_process import free_port
 from factories import ROOMY, cli_env, mixed_records, write_traffic
 
 # The serving target is an A100 (plan.target): it has no FP8 tensor cores, so the planner skips a
-# non-control FP8 variant; the FP8 controls are quantized and measured anyway.
+# non-control FP8 variant; the FP8 controls are quantized and measured anyway. The first run scores
+# on the serving engine (vLLM on this CPU): INT8 W8A8 it serves everywhere; FP8 W8A8 only on a
+# fallback kernel, and W4A16 only on AVX-512 CPUs, so those are scored on the reference path against
+# the baseline scored there, labelled, and never chosen to serve.
 VARIANTS = [
+    {"name": "int8_w8a8", "method": "int8_w8a8", "num_samples": 4},
     {"name": "fp8_w8a8", "method": "fp8_w8a8", "control": True},
     {"name": "kv_fp8", "method": "kv_fp8", "num_samples": 4, "control": True},
     {"name": "int4_gptq", "method": "int4_gptq", "group_size": 32, "num_samples": 4},
@@ -30,13 +34,13 @@ VARIANTS = [
 ]
 
 
-def _config(tmp_path, model, *, judge=False):
+def _config(tmp_path, model, *, judge=False, backend="reference"):
     traffic = write_traffic(tmp_path / "traffic.jsonl", mixed_records(120),
                             [b"not json", b'{"id": "x"}'])
     conf = {"model": {"name": model, "served_name": "tiny"},
             "traffic": {"path": str(traffic), "calibration_size": 12, "heldout_size": 36},
             "calibration": {"max_seq_len": 64},
-            "eval": {"window": 64, "batch_size": 8, "min_slice_tokens": 50},
+            "eval": {"window": 64, "batch_size": 8, "min_slice_tokens": 50, "backend": backend},
             "variants": VARIANTS,
             # A random tiny model scores near chance: its task metrics are noise, so they only
             # have to run and be logged here (thresholds ~0); the judge only reports (advisory).
@@ -77,7 +81,7 @@ def _mlflow(tmp):
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory, tiny_model):
     tmp = tmp_path_factory.mktemp("flow")
-    conf = _config(tmp, tiny_model, judge=True)
+    conf = _config(tmp, tiny_model, judge=True, backend="engine")
     proc = _cli("run", "--config", str(conf))
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out[-3000:]
@@ -93,7 +97,9 @@ def test_run_prints_table_and_addresses(first_run):
     assert "FAILED: QuantizeError: variants[bad_group].group_size=48" in out
     assert "fp8_on_ampere: none" in out and "skipped by the planner" in out
     assert "fp8_w8a8: none" in out and "control, measured anyway" in out
-    assert "[6/7] bench: 5 models" in out  # baseline + the four variants that quantized
+    assert "[6/7] bench: 6 models" in out  # baseline + the five variants that quantized
+    assert "fp8_w8a8: not served on vLLM here: vLLM serves it on a fallback kernel" in out
+    assert "int8_w8a8: engine up in" in out and "baseline: engine up in" in out
     assert re.search(r"\[5/7\] judging \d variants.*\n.*judge up in \d+ s", out), out[-3000:]
     assert "MLflow:  sqlite:///" in out and "Prefect: flow run" in out
     passed = r"int4_gptq: perplexity screen: pass \((ppl|kl)\): every gating metric"
@@ -131,6 +137,12 @@ def test_mlflow_holds_parent_children_metrics_and_alias(first_run):
     for name in ("baseline", "kv_fp8", "int4_gptq"):  # the long-context probe, on every screen survivor
         assert children[name].data.metrics["long.context"] == 96 and "long.ppl" in children[name].data.metrics
     assert (gptq.tags["gate.verdict"], gptq.tags["gate.stage"]) == ("pass", "bench")
+    int8 = children["int8_w8a8"].data
+    assert int8.tags["eval.scored_by"].startswith("vllm") and "eval.not_served" not in int8.tags
+    fp8 = children["fp8_w8a8"].data  # a fallback kernel here: scored on the reference path, labelled
+    assert fp8.tags["eval.scored_by"].startswith("reference") and "fallback" in fp8.tags["eval.not_served"]
+    if "eval.not_served" in gptq.tags:  # W4A16: served on AVX-512 CPUs, not by vLLM's AVX2 build
+        assert gptq.tags["eval.scored_by"].startswith("reference")
     assert gptq.tags["gate.decided_by"] in {"ppl", "kl", "long_ppl", "lmeval.qg_facts_mc.acc",
                                             "lmeval.qg_replay.token_f1"}
     assert 0 <= gptq.metrics["gate.kl.delta"] < 5  # next-token KL from the baseline was measured
@@ -292,10 +304,11 @@ def test_ui_serves_both_and_sigterm_stops_its_servers(tmp_path, tiny_model):
 
 @pytest.mark.timeout(900)
 def test_run_ends_with_the_winners_rollout_when_auto_is_on(tmp_path, tiny_model):
-    """rollout.auto: the flow's last stage rolls the gate's winner out on Ray Serve and prints the
-    decision, its report and where the rollout's time went; the registry ends consistent with it."""
+    """rollout.auto: the flow's last stage rolls the gate's winner out on Ray Serve, its arms vLLM
+    engine servers, and prints the decision, its report and where the rollout's time went; the
+    registry ends consistent with it. INT8 W8A8: the format every x86 CPU build of vLLM serves."""
     conf = yaml.safe_load(_config(tmp_path, tiny_model).read_text())
-    conf["variants"] = [{"name": "int4_gptq", "method": "int4_gptq", "group_size": 32, "num_samples": 4}]
+    conf["variants"] = [{"name": "int8_w8a8", "method": "int8_w8a8", "num_samples": 4}]
     conf["long_context"] = {"enabled": False}
     conf["rollout"] = {"auto": True, "steps": [50, 100], "window_canary_requests": 4, "replay_max_tokens": 6,
                        "pause_timeout_s": 20, "analysis": {"min_error_samples": 8, **ROOMY},
@@ -304,10 +317,10 @@ def test_run_ends_with_the_winners_rollout_when_auto_is_on(tmp_path, tiny_model)
     proc = _cli("run", "--config", str(path))
     out, _ = proc.communicate(timeout=800)
     assert proc.returncode == 0, out[-3000:]
-    assert "[rollout] int4_gptq (version" in out and "steps 50, 100 %" in out, out[-3000:]
+    assert "[rollout] int8_w8a8 (version" in out and "steps 50, 100 %" in out, out[-3000:]
     # A random model's budgets are loose (a `pass` verdict): the good canary walks both steps.
     assert re.search(r"^rollout: promoted: all 2 steps passed", out, re.M), out[-3000:]
     assert re.search(r"\| rollout \| \d+\.\d \|", out.split("where the time went:")[1])
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}")
-    assert client.get_model_version_by_alias("tiny", "champion").tags["variant"] == "int4_gptq"
+    assert client.get_model_version_by_alias("tiny", "champion").tags["variant"] == "int8_w8a8"
     assert client.get_model_version_by_alias("tiny", "previous-champion").tags["variant"] == "baseline"

@@ -192,3 +192,47 @@ def test_codebook_formats_are_not_servable(tmp_path):
         d.mkdir()
         (d / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": method}}))
         assert f"not servable on vllm: no production engine serves {name}" in servable(str(d))
+
+
+def test_a_format_the_engine_refuses_is_scored_on_the_reference_path_paired_there(
+        tiny_model, heldout, tmp_path):
+    """FP8 W8A8 on a CPU: vLLM would serve it on torch's generic `_scaled_mm`. The evaluation task
+    refuses that fallback with the kernel's name, scores the variant on the reference path against
+    the baseline scored there (evaluated on demand), and the gate pairs the two; it never wins."""
+    from pydantic import TypeAdapter
+
+    from quantgate.conf.methods import VariantSpec
+    from quantgate.conf.schema import EvalConf, GateConf
+    from quantgate.tasks.evaluate.stages import evaluate_task
+    from quantgate.tasks.gate.decide import VariantScores, decide, paired_baseline
+    from quantgate.tasks.quantize.run import quantize_variant
+    from quantgate.tasks.traffic.prepare import PreparedTraffic
+
+    from factories import calibration_file
+
+    spec = TypeAdapter(VariantSpec).validate_python({"name": "f", "method": "fp8_w8a8"})
+    fp8 = quantize_variant(spec, model_path=tiny_model, calibration_path=str(calibration_file(tmp_path)),
+                           out_dir=str(tmp_path / "fp8"), max_seq_len=64, threads=1).checkpoint
+    traffic = PreparedTraffic("", heldout, "", "", "h", 12, 0, 0, 12, {})
+    conf = EvalConf(window=64, min_slice_tokens=10, backend="engine")
+    common = {"traffic": traffic, "conf": conf, "engine": FP32, "state_dir": str(tmp_path / "state")}
+    base = evaluate_task.fn(variant="baseline", checkpoint=tiny_model, results_dir=str(tmp_path / "base"),
+                            **common)
+    assert base.scored_by.startswith("vllm") and not base.not_served
+    got = evaluate_task.fn(variant="fp8", checkpoint=fp8, results_dir=fp8, baseline=base,
+                           baseline_checkpoint=tiny_model, baseline_results_dir=str(tmp_path / "base"),
+                           **common)
+    assert "fallback kernel" in got.not_served
+    assert "ChannelWiseTorchFP8ScaledMMLinearKernel" in got.not_served
+    assert got.scored_by.startswith("reference") and got.paired_baseline
+    paired = paired_baseline(got, base)
+    assert paired.scored_by.startswith("reference") and paired.reference_path and paired is not base
+    assert [r.id for r in paired.requests] == [r.id for r in got.requests]
+    assert all(r.kl is not None for r in got.requests)  # KL against the reference baseline's record
+    scores = [VariantScores("fp8", "fp8_w8a8", False, got)]
+    decision = decide(VariantScores("baseline", "baseline", True, base), scores,
+                      GateConf(budgets={"ppl": {"enable": 1.0, "monitor": 1.0, "investigate": 1.0},
+                                        "kl": {"enable": 5.0, "monitor": 5.0, "investigate": 5.0}}),
+                      min_slice_tokens=10, min_slice_items=1)
+    assert decision.verdicts["fp8"].passed and decision.winner is None
+    assert "the serving engine does not serve it" in decision.reason
