@@ -28,7 +28,7 @@ from quantgate.flows.canary_rollout import canary_rollout
 from quantgate.flows.naming import quantize_run_name
 from quantgate.flows.outcomes import as_finished, outcome, value
 from quantgate.tasks.calibrate.stages import calibrate_task, drift_task
-from quantgate.tasks.evaluate.stages import evaluate_task, lmeval_task, long_context_task
+from quantgate.tasks.evaluate.stages import evaluate_task, lmeval_task, long_context_task, scored_line
 from quantgate.tasks.gate.decide import VariantScores
 from quantgate.tasks.gate.stages import gate_task, report_task, screen_task, survivors_task
 from quantgate.tasks.gate.times import run_times
@@ -229,6 +229,7 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
     queue, cpus = list(plan.runnable), _local_cpus(config)
     fill()
     quantized, ppl, tasks, longs, errors = {}, {}, {}, {}, dict(plan.skipped)
+    announced: set[str] = set()
     progress = _Progress([s.name for s in plan.runnable])
     budgets = {s.name: s.time_budget_s for s in plan.runnable if hasattr(s, "time_budget_s")}
     for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(budgets, pending, queue, ppl)):
@@ -247,6 +248,9 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             two = config.gate.two_looks and not _engine_scored(config, specs[name])
             perplexity(name, "first" if two else "all")
         elif stage in ("screen", "first look"):
+            if name not in announced:
+                announced.add(name)
+                print("      " + scored_line(name, outcome(ppl[name])[0]))
             print(f"      {name}: perplexity {stage}: {result.status} ({result.decided_by}): "
                   + result.reasons[0])
             if config.gate.staged and result.status == "reject":
@@ -340,6 +344,7 @@ def _baseline(model: ModelRef, ppl: PrefectFuture[Any], tasks: PrefectFuture[Any
     baseline = VariantScores("baseline", "baseline", True, value(ppl), lmeval=value(tasks),
                              long=value(long) if long is not None else None,
                              quantize_seconds=0.0, checkpoint=model.path)
+    print("      " + scored_line("baseline", baseline.eval))
     for task_name, why in baseline.lmeval.skipped.items():
         print(f"      lm-eval {task_name}: skipped, {why}")
     return baseline

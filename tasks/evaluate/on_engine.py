@@ -53,12 +53,10 @@ def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, eng
                        python=find_engine(engine.python).python, timeout_s=engine.start_timeout_s) as server:
         if why := fallback_reason(server.log_path, platform_name()):
             raise FallbackKernel(why, server.log_path)
-        scored_from = time.perf_counter()
         scores = score_served(server.base_url, name, items, requests=len(requests), positions=positions,
                               k=engine.max_logprobs, concurrency=engine.concurrency, only=set(picked),
                               reference=load_record(reference) if reference else None)
-        print(f"      {name}: engine up in {server.startup_s:.0f} s, scored {len(picked)} requests in "
-              f"{time.perf_counter() - scored_from:.0f} s", flush=True)
+        startup_s = server.startup_s
     per_request = tuple(RequestNll(requests[i].id, *scores.per_request[i],
                                    tuple(slice_names(requests[i].slices)), scores.kl[i]) for i in picked)
     reference_path = None
@@ -68,7 +66,8 @@ def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, eng
     kv_layers = spec.kv_cache_dtype == "fp8" and _layers(checkpoint)
     return finish_result(requests, per_request, out_path, start=start, cpu=cpu, first=first, look=look,
                          kv_cache_quantized_layers=int(kv_layers or 0), reference_path=reference_path,
-                         scored_by=f"{find_engine(engine.python).version}, {spec.dtype}")
+                         scored_by=f"{find_engine(engine.python).version}, {spec.dtype}",
+                         engine_startup_s=startup_s)
 
 
 def _layers(checkpoint: str) -> int:

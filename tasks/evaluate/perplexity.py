@@ -71,6 +71,7 @@ class EvalResult:
     # the engine does not serve is scored on the reference path, against the baseline scored there.
     paired_baseline: str = ""
     result_path: str = ""  # the file this result is stored in
+    engine_startup_s: float = float("nan")  # the engine server's start-up, apart from `seconds`' scoring
 
     @property
     def kl(self) -> float:
@@ -210,7 +211,8 @@ def evaluate_checkpoint(
 def finish_result(requests: Sequence[Any], per_request: tuple[RequestNll, ...], out_path: str, *,
                   start: float, cpu: float, first: EvalResult | None, look: str,
                   kv_cache_quantized_layers: int, reference_path: str | None, scored_by: str = "reference",
-                  not_served: str = "", paired_baseline: str = "") -> EvalResult:
+                  not_served: str = "", paired_baseline: str = "",
+                  engine_startup_s: float = float("nan")) -> EvalResult:
     """The result of one look (merged with the first look's after the second), written to `out_path`."""
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     if first is not None:  # the second look: the first look's requests back in held-out order
@@ -220,7 +222,7 @@ def finish_result(requests: Sequence[Any], per_request: tuple[RequestNll, ...], 
     overall, slices = aggregate_requests(per_request)
     result = EvalResult(overall.ppl, overall.tokens, slices, kv_cache_quantized_layers, seconds, per_request,
                         cpu_seconds, reference_path, "both" if first is not None else look, scored_by,
-                        not_served, paired_baseline, str(out_path))
+                        not_served, paired_baseline, str(out_path), engine_startup_s)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(f"{out_path}.{os.getpid()}.partial")  # whole or absent: a reader never sees half a file
     tmp.write_text(json.dumps(asdict(result), indent=1))

@@ -66,6 +66,18 @@ def evaluate_task(*, variant: str, checkpoint: str, results_dir: str, traffic: P
                                paired_baseline=_paired(baseline, not_served))
 
 
+def scored_line(name: str, result: EvalResult | None) -> str:
+    """What scored a variant's perplexity, for the run's output."""
+    if result is None:
+        return f"{name}: not scored"
+    if result.not_served:
+        return f"{name}: {result.not_served}; scored on the reference path against the baseline scored there"
+    if result.engine_startup_s == result.engine_startup_s:  # not NaN: an engine scored it
+        return (f"{name}: scored by {result.scored_by}, engine up in {result.engine_startup_s:.0f} s, "
+                f"{result.seconds - result.engine_startup_s:.0f} s scoring")
+    return f"{name}: scored by {result.scored_by}"
+
+
 def _paired(baseline: EvalResult | None, not_served: str) -> str:
     return baseline.result_path if baseline is not None and not_served else ""
 

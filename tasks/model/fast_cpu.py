@@ -4,6 +4,7 @@ Evaluation (`modeling.load_causal_lm`) decodes every format to dense fp32: quali
 - compressed-tensors int (W4A16, W2A16; group-wise, sym or asym): codes, scales, zero points read
   from the safetensors into torch's CPU int4 matmul (`Int4CpuLinear`); 2-bit codes are a subset of
   the 4-bit grid with the same scale (stored at 4 bits). Lossless but for bf16 scales/zeros.
+- compressed-tensors INT8 W8A8 and the FP8 KV cache alone: dense bf16 (INT8 weights dequantized once).
 - compressed-tensors FP8 (fp8_w8a8, kv_fp8): no FP8 units here (`torch._scaled_mm` ~0.1 GFLOP/s):
   weights dequantized once to bf16; activation and KV-cache quantization (QDQ only, on CPU) dropped.
 - QuIP#: E8P transcoded losslessly to int4 (`QuipInt4CpuLinear`). AQLM: decoded once to dense bf16
@@ -60,13 +61,21 @@ def _compressed_tensors(path: str, config: Any, qc: dict[str, Any]) -> tuple[tor
     from transformers import AutoModelForCausalLM
 
     groups = [g["weights"] for g in qc.get("config_groups", {}).values() if g.get("weights")]
-    if len(groups) != 1:
+    if len(groups) > 1:
         raise ValueError(f"{path}: expected one compressed-tensors weight config group, got {len(groups)}")
-    args = groups[0]
+    # no weight group: the FP8 KV cache alone, on unquantized weights
+    args = groups[0] if groups else {"type": "none", "num_bits": 16}
     state = {k: v for f in sorted(Path(path).glob("*.safetensors")) for k, v in load_file(str(f)).items()}
     prefixes = sorted(k.removesuffix(".weight_scale") for k in state if k.endswith(".weight_scale"))
     modules: dict[str, torch.nn.Module] = {}
-    if args["type"] == "float":  # dense weights, loaded below like the unquantized tensors
+    if args["type"] == "none":
+        desc = "unquantized weights, dense bf16 matmul; KV cache runs bf16 (FP8 KV scales unused)"
+    elif args["type"] == "int" and args["num_bits"] == 8:  # INT8 W8A8: per-channel int8 weights
+        state |= {f"{p}.weight": state.pop(f"{p}.weight").float() * state.pop(f"{p}.weight_scale").float()
+                  for p in prefixes}  # [N, K] · [N, 1]
+        desc = ("INT8 weights dequantized to bf16, dense bf16 matmul (torch has no INT8 W8A8 GEMM here: "
+                "the engine's oneDNN kernel is what serves it); activation quantization dropped on this path")
+    elif args["type"] == "float":  # dense weights, loaded below like the unquantized tensors
         state |= {f"{p}.weight": state.pop(f"{p}.weight").float() * state.pop(f"{p}.weight_scale").float()
                   for p in prefixes}  # [N, K] · [N, 1]
         desc = ("no FP8 units on this CPU: FP8 weights dequantized to bf16, dense bf16 matmul; FP8 "

@@ -99,7 +99,8 @@ def test_run_prints_table_and_addresses(first_run):
     assert "fp8_w8a8: none" in out and "control, measured anyway" in out
     assert "[6/7] bench: 6 models" in out  # baseline + the five variants that quantized
     assert "fp8_w8a8: not served on vLLM here: vLLM serves it on a fallback kernel" in out
-    assert "int8_w8a8: engine up in" in out and "baseline: engine up in" in out
+    assert re.search(r"int8_w8a8: scored by vllm\S* [\d.]+, \w+, engine up in \d+ s", out), out[-3000:]
+    assert re.search(r"baseline: scored by vllm\S* [\d.]+, \w+, engine up in \d+ s", out), out[-3000:]
     assert re.search(r"\[5/7\] judging \d variants.*\n.*judge up in \d+ s", out), out[-3000:]
     assert "MLflow:  sqlite:///" in out and "Prefect: flow run" in out
     passed = r"int4_gptq: perplexity screen: pass \((ppl|kl)\): every gating metric"
