@@ -93,9 +93,11 @@ def _perplexity(config: PipelineConfig, name: str, checkpoint: str, results_dir:
                                     baseline_results_dir=model.results_dir(state) if model else "")
 
 
-def _engine_scored(config: PipelineConfig, spec: VariantSpec) -> bool:
-    """Whether the serving engine is meant to score this variant (its format has a production engine)."""
-    return config.eval.backend == "engine" and type(spec).engine_serves
+def _first_look(config: PipelineConfig, spec: VariantSpec) -> str:
+    """Two looks on the reference path ("first", then "rest"); one ("all") where the engine scores the
+    variant: a second look would start a second engine server (~30 s) for what the rest costs anyway."""
+    engine = config.eval.backend == "engine" and type(spec).engine_serves
+    return "first" if config.gate.two_looks and not engine else "all"
 
 
 def _tasks(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
@@ -229,7 +231,6 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
     queue, cpus = list(plan.runnable), _local_cpus(config)
     fill()
     quantized, ppl, tasks, longs, errors = {}, {}, {}, {}, dict(plan.skipped)
-    announced: set[str] = set()
     progress = _Progress([s.name for s in plan.runnable])
     budgets = {s.name: s.time_budget_s for s in plan.runnable if hasattr(s, "time_budget_s")}
     for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(budgets, pending, queue, ppl)):
@@ -243,16 +244,10 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             quantized[name] = result
             reused = result.reused or fut.state.name == "Cached"  # Prefect's cache returns the first result
             print(f"      {name}: quantized in {result.seconds:.1f} s{' (reused)' if reused else ''}")
-            # Two looks on the reference path; on the engine one (a second look would start a second
-            # engine server, ~30 s, for what scoring the rest costs anyway).
-            two = config.gate.two_looks and not _engine_scored(config, specs[name])
-            perplexity(name, "first" if two else "all")
+            perplexity(name, _first_look(config, specs[name]))
         elif stage in ("screen", "first look"):
-            if name not in announced:
-                announced.add(name)
-                print("      " + scored_line(name, outcome(ppl[name])[0]))
-            print(f"      {name}: perplexity {stage}: {result.status} ({result.decided_by}): "
-                  + result.reasons[0])
+            first = stage == "first look" or _first_look(config, specs[name]) == "all"
+            _print_screen(name, stage, result, ppl[name], first=first)
             if config.gate.staged and result.status == "reject":
                 progress.rejected.add(name)
                 print(f"      {name}: rejected at stage ppl, skips the task evals, the judge and the bench")
@@ -270,6 +265,13 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
         progress.update(set(errors) | set(tasks))
         fill()
     return _scores(config, quantized, ppl, tasks, longs, errors)
+
+
+def _print_screen(name: str, stage: str, verdict: Any, evaluated: PrefectFuture[Any], *, first: bool) -> None:
+    """A screen's verdict; before the first, what scored the variant (the engine, or why not)."""
+    if first:
+        print("      " + scored_line(name, outcome(evaluated)[0]))
+    print(f"      {name}: perplexity {stage}: {verdict.status} ({verdict.decided_by}): " + verdict.reasons[0])
 
 
 def _scores(config: PipelineConfig, quantized: dict[str, Any], ppl: dict[str, PrefectFuture[Any]],

@@ -75,8 +75,6 @@ def test_table_shows_every_variant_and_the_failure(run):
     assert re.search(r"\| baseline \| \d+\.\d+ \| reference \|", out)
     for name in ("int8_w8a8", "fp8_w8a8", "kv_fp8", "int4_rtn", "int2_rtn"):
         assert re.search(rf"\| {name} \| \d+\.\d+ \| (?:[+-]\d+\.\d%|×[\d,]+) \[", out), name
-    assert re.search(r"int8_w8a8: scored by vllm\S* [\d.]+, \w+, engine up in \d+ s", out)
-    assert "fp8_w8a8: not served on vLLM here: vLLM serves it on a fallback kernel" in out
     assert "where the time went:" in out
     assert "variants[int4_g128].group_size=128 does not divide in_features=576" in out
 
@@ -89,8 +87,10 @@ def test_mlflow_has_runs_slice_metrics_and_canary(run):
     children = {r.data.tags["variant"]: r for r in runs if "mlflow.parentRunId" in r.data.tags}
     assert set(children) == {"baseline", "int8_w8a8", "fp8_w8a8", "kv_fp8", "int4_rtn", "int4_g128",
                              "int2_rtn"}
-    assert children["int8_w8a8"].data.tags["eval.scored_by"].startswith("vllm")
-    assert "fallback" in children["kv_fp8"].data.tags["eval.not_served"]
+    assert children["int8_w8a8"].data.tags["eval.scored_by"].startswith("vllm")  # what serves it scored it
+    assert "fallback kernel" in children["fp8_w8a8"].data.tags["eval.not_served"]
+    # FP8 weights (and on AVX2 the FP8 KV cache too): not served on a CPU, scored on the reference path
+    assert children["kv_fp8"].data.tags["eval.not_served"].startswith("not served on vLLM here: ")
     collapsed = children["int2_rtn"].data
     assert (collapsed.tags["gate.verdict"], collapsed.tags["gate.stage"]) == ("reject", "ppl")
     assert "rejected at stage ppl" in collapsed.tags["gate.reason"]
