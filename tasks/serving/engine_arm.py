@@ -75,7 +75,7 @@ class EngineArm:
         return {"role": self.role, "model_uri": self.model_uri, "version": self.version, "path": self.path,
                 "engine": self.server.base_url, "startup_s": self.server.startup_s,
                 "cpus": list(self.server.cpus), "dtype": self.server.spec.dtype, "pid": os.getpid(),
-                "engine_pid": self.server.process.pid}
+                "engine_pid": self.server.server_pid()}
 
     def metrics_text(self) -> str:
         """The engine's Prometheus exposition (parsed by `tasks.engine.metrics.parse_metrics`)."""

@@ -236,3 +236,21 @@ def test_a_format_the_engine_refuses_is_scored_on_the_reference_path_paired_ther
                       min_slice_tokens=10, min_slice_items=1)
     assert decision.verdicts["fp8"].passed and decision.winner is None
     assert "the serving engine does not serve it" in decision.reason
+
+
+def test_a_server_that_dies_takes_its_engine_processes_with_it(tiny_model, tmp_path):
+    """vLLM's API server killed outright (a crash): the supervisor ends what it left behind (its
+    engine core would otherwise live on, holding its memory), and the server reads as dead."""
+    import os
+    import signal
+
+    spec = EngineSpec(model=tiny_model, served_name="tiny", dtype="float32", max_model_len=512)
+    server = EngineServer.start(spec, log_path=tmp_path / "e.log", cpus=(0,), timeout_s=300)
+    try:
+        family = psutil.Process(server.process.pid).children(recursive=True)
+        assert len(family) >= 2  # the API server and its engine core at least
+        os.kill(server.server_pid(), signal.SIGKILL)
+        _, alive = psutil.wait_procs(family, timeout=20)
+        assert not alive and not server.alive()
+    finally:
+        server.stop()
