@@ -79,7 +79,8 @@ end_group()
 def engine_command(python: str, spec: EngineSpec, port: int) -> list[str]:
     """The command line, under the supervisor: loopback only, no key on it (`ps` shows it)."""
     cmd = [python, "-c", SUPERVISOR, python, "-m", "vllm.entrypoints.openai.api_server",
-           "--model", spec.model, "--served-model-name", spec.served_name, "--host", "127.0.0.1", "--port", str(port),
+           "--model", spec.model, "--served-model-name", spec.served_name,
+           "--host", "127.0.0.1", "--port", str(port),
            "--dtype", spec.dtype, "--max-model-len", str(spec.max_model_len),
            "--max-num-seqs", str(spec.max_num_seqs), "--max-logprobs", str(spec.max_logprobs),
            "--kv-cache-dtype", spec.kv_cache_dtype, "--seed", "0", "--disable-uvicorn-access-log",
