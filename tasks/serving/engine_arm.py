@@ -26,7 +26,7 @@ from quantgate.tasks.engine.environment import find_engine
 from quantgate.tasks.engine.server import engine_server
 from quantgate.tasks.model.load import load_tokenizer
 from quantgate.tasks.serving import engine_client
-from quantgate.tasks.serving.protocol import Prompt
+from quantgate.tasks.serving.protocol import Prompt, prompt_token_ids
 
 
 def _tree_cpu_s(pid: int) -> float:
@@ -108,15 +108,9 @@ class EngineArm:
 
     async def score(self, prompt: Prompt, answers: list[str]) -> list[float | None]:
         """Each answer's mean NLL per token under this arm's model (the likelihood judge's view)."""
-        prompt_ids = self._prompt_ids(prompt)
+        prompt_ids = prompt_token_ids(self.tok, prompt)
         out = []
         for answer in answers:
             ids = self.tok(answer, add_special_tokens=False)["input_ids"]
             out.append(await engine_client.answer_nll(self.client, self.role, prompt_ids, list(ids)))
         return out
-
-    def _prompt_ids(self, p: Prompt) -> list[int]:
-        if p.messages is not None:
-            ids = self.tok.apply_chat_template(p.messages, add_generation_prompt=True, return_dict=False)
-            return list(ids["input_ids"] if isinstance(ids, dict) else ids)
-        return list(self.tok(p.text)["input_ids"])

@@ -20,7 +20,7 @@ import torch
 from quantgate.tasks.model.fast_cpu import load_for_speed
 from quantgate.tasks.model.load import load_tokenizer
 from quantgate.tasks.serving.faults import Faults, InjectedFault
-from quantgate.tasks.serving.protocol import Prompt
+from quantgate.tasks.serving.protocol import Prompt, prompt_token_ids
 
 
 @dataclass
@@ -55,12 +55,7 @@ class Generator:
         self.faults = Faults()
 
     def _input_ids(self, p: Prompt) -> torch.Tensor:
-        if p.messages is not None:
-            ids = self.tok.apply_chat_template(p.messages, add_generation_prompt=True, return_dict=False)
-            ids = ids["input_ids"] if isinstance(ids, dict) else ids
-        else:
-            ids = self.tok(p.text)["input_ids"]
-        return torch.tensor([list(ids)], dtype=torch.long)
+        return torch.tensor([prompt_token_ids(self.tok, p)], dtype=torch.long)
 
     def _pick(self, logits: torch.Tensor, p: Prompt, gen: torch.Generator) -> int:
         if p.temperature == 0:

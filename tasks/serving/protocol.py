@@ -148,3 +148,12 @@ def usage_body(kind: str, model: str, chunk_id: str, prompt_tokens: int, complet
             "created": int(time.time()), "model": model, "choices": [],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens}}
+
+
+def prompt_token_ids(tokenizer: Any, p: Prompt) -> list[int]:
+    """The token ids a model is asked to continue: the chat template with the generation prompt, or
+    the raw text (the old generation loop and the likelihood judge's scoring read the same ids)."""
+    if p.messages is not None:
+        ids = tokenizer.apply_chat_template(p.messages, add_generation_prompt=True, return_dict=False)
+        return list(ids["input_ids"] if isinstance(ids, dict) else ids)
+    return list(tokenizer(p.text)["input_ids"])
