@@ -31,9 +31,14 @@ from quantgate.tasks.runtime.stop import raise_if_stopping
 class EngineStartError(RuntimeError):
     """The engine server did not come up; `reason` is the engine's own words, `log` where to read more."""
 
-    def __init__(self, reason: str, log: Path) -> None:
+    def __init__(self, reason: str, log: Path, transient: bool = False) -> None:
         super().__init__(f"{reason} (engine log: {log})")
-        self.reason, self.log = reason, log
+        # transient: about the machine at that moment (a taken port, memory, a start-up past its
+        # time), not about what was asked to be served; `support.py` remembers only the others.
+        self.reason, self.log, self.transient = reason, log, transient
+
+    def __reduce__(self):  # across processes (Ray, Prefect) with every field
+        return (type(self), (self.reason, self.log, self.transient))
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,9 @@ class EngineSpec:
     enforce_eager: bool = True
     device: str = "cpu"
     port: int | None = None  # None: a free port
+    # CPU: the worker inside the engine core ("uni", two processes) or a process of its own ("mp",
+    # vLLM's CPU default); kept for bench/engine_startup.py, which measures the difference.
+    executor: str = "uni"
 
 
 # The server runs under this supervisor, the leader of the server's process group: vLLM's API server
@@ -85,8 +93,8 @@ def engine_command(python: str, spec: EngineSpec, port: int) -> list[str]:
            "--max-num-seqs", str(spec.max_num_seqs), "--max-logprobs", str(spec.max_logprobs),
            "--kv-cache-dtype", spec.kv_cache_dtype, "--seed", "0", "--disable-uvicorn-access-log",
            "--generation-config", "vllm"]  # sampling defaults are the request's, not the checkpoint's
-    if spec.device == "cpu":  # one worker inside the engine core: a process fewer to start (40 -> 28 s)
-        cmd += ["--distributed-executor-backend", "uni"]
+    if spec.device == "cpu":  # "uni": the worker inside the engine core, a process fewer (engine_env)
+        cmd += ["--distributed-executor-backend", spec.executor]
     return cmd + (["--enforce-eager"] if spec.enforce_eager else [])
 
 
@@ -98,6 +106,14 @@ def engine_env(spec: EngineSpec, cpus: tuple[int, ...]) -> dict[str, str]:
             "VLLM_CPU_KVCACHE_SPACE": str(spec.kv_cache_gb), "VLLM_LOGGING_LEVEL": "INFO"}
     if spec.device == "cpu":  # the whole process tree runs on these cores (`_pinned`)
         env |= {"VLLM_CPU_OMP_THREADS_BIND": bind_list(cpus), "OMP_NUM_THREADS": str(len(cpus) or 1)}
+        # vLLM's CPU platform turns `uni` back into the multiprocess executor unless V1 multiprocessing
+        # is off (the API server and engine core stay two processes; only the worker moves in). The
+        # executor would set OpenMP's placement for its worker; with it gone, it is set here. Measured
+        # on an EPYC Milan, tiny Llama, 1 core: start-up 27-31 s instead of 40-49 s, decode no slower
+        # (bench/engine_startup.py; docs/results/2026-12-06-engine.md).
+        env |= {"VLLM_ENABLE_V1_MULTIPROCESSING": "0" if spec.executor == "uni" else "1"}
+        if cpus and spec.executor == "uni":
+            env |= {"OMP_PLACES": "{" + ",".join(map(str, cpus)) + "}", "OMP_PROC_BIND": "true"}
     return env
 
 
@@ -112,6 +128,7 @@ def _pinned(cpus: tuple[int, ...]) -> Callable[[], None]:
 
 # The engine's last words, most specific first: what a person should read in the error. Warnings are
 # skipped (vLLM warns about "Too many open files" it might hit, at every start).
+MACHINE_REASONS = ("port ", "out of memory")  # the first two forms below: the machine's, not the format's
 _REASONS = [
     (re.compile(r"address already in use", re.I), "port {port} is taken"),
     (re.compile(r"(out of memory|cannot allocate memory|no available memory for the cache blocks"
@@ -168,14 +185,16 @@ class EngineServer:
         while True:
             if self.process.poll() is not None:
                 self._log.flush()
+                reason = self.reason()
                 raise EngineStartError(f"engine for {self.spec.served_name} exited "
-                                       f"({self.process.returncode}): {self.reason()}", self.log_path)
+                                       f"({self.process.returncode}): {reason}", self.log_path,
+                                       transient=reason.startswith(MACHINE_REASONS))
             if self.healthy():
                 self._first_token(timeout_s)
                 return
             if time.monotonic() - started > timeout_s:
                 raise EngineStartError(f"engine for {self.spec.served_name} not healthy after "
-                                       f"{timeout_s:.0f} s: {self.reason()}", self.log_path)
+                                       f"{timeout_s:.0f} s: {self.reason()}", self.log_path, transient=True)
             raise_if_stopping()
             time.sleep(0.5)
 
@@ -190,8 +209,9 @@ class EngineServer:
             ok = False
         if not ok:
             time.sleep(1)  # the engine's last words reach its log
+            reason = self.reason()
             raise EngineStartError(f"engine for {self.spec.served_name} failed its first token: "
-                                   f"{self.reason()}", self.log_path)
+                                   f"{reason}", self.log_path, transient=reason.startswith(MACHINE_REASONS))
 
     def healthy(self) -> bool:
         with contextlib.suppress(httpx.HTTPError):

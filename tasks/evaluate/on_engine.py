@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from quantgate.conf.engine import EngineConf
+from quantgate.tasks.engine import support
 from quantgate.tasks.engine.checkpoints import engine_spec, servable
 from quantgate.tasks.engine.environment import find_engine, platform_name, serving_dtype
 from quantgate.tasks.engine.kernels import fallback_reason
@@ -68,6 +69,26 @@ def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, eng
                          kv_cache_quantized_layers=int(kv_layers or 0), reference_path=reference_path,
                          scored_by=f"{find_engine(engine.python).version}, {spec.dtype}",
                          engine_startup_s=startup_s)
+
+
+def _support_key(checkpoint: str, engine: EngineConf) -> str | None:
+    return support.support_key(checkpoint, find_engine(engine.python).version, engine.device,
+                               serving_dtype(engine.dtype, engine.device))
+
+
+def known_refusal(checkpoint: str, engine: EngineConf) -> str:
+    """Why this engine refused this checkpoint's format on this machine before ("" if it has not):
+    that format is not given another start-up (`engine/support.py`)."""
+    known = support.refused(_support_key(checkpoint, engine))
+    return "" if known is None else (f"{known['reason']} (remembered from {Path(known['checkpoint']).name}'s "
+                                     f"start-up, same format; engine log: {known['log']})")
+
+
+def learn_refusal(checkpoint: str, engine: EngineConf, exc: EngineStartError) -> None:
+    """Remember a refusal about the format (not a transient one: a taken port, memory, a timeout)."""
+    if not exc.transient:
+        support.remember(_support_key(checkpoint, engine), reason=exc.reason, log=str(exc.log),
+                         checkpoint=checkpoint)
 
 
 def _layers(checkpoint: str) -> int:

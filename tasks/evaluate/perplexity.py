@@ -71,7 +71,7 @@ class EvalResult:
     # the engine does not serve is scored on the reference path, against the baseline scored there.
     paired_baseline: str = ""
     result_path: str = ""  # the file this result is stored in
-    engine_startup_s: float = float("nan")  # the engine server's start-up, apart from `seconds`' scoring
+    engine_startup_s: float | None = None  # the engine server's start-up, apart from `seconds`' scoring
 
     @property
     def kl(self) -> float:
@@ -212,7 +212,7 @@ def finish_result(requests: Sequence[Any], per_request: tuple[RequestNll, ...], 
                   start: float, cpu: float, first: EvalResult | None, look: str,
                   kv_cache_quantized_layers: int, reference_path: str | None, scored_by: str = "reference",
                   not_served: str = "", paired_baseline: str = "",
-                  engine_startup_s: float = float("nan")) -> EvalResult:
+                  engine_startup_s: float | None = None) -> EvalResult:
     """The result of one look (merged with the first look's after the second), written to `out_path`."""
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     if first is not None:  # the second look: the first look's requests back in held-out order

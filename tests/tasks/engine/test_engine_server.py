@@ -195,10 +195,12 @@ def test_codebook_formats_are_not_servable(tmp_path):
 
 
 def test_a_format_the_engine_refuses_is_scored_on_the_reference_path_paired_there(
-        tiny_model, heldout, tmp_path):
+        tiny_model, heldout, tmp_path, monkeypatch):
     """FP8 W8A8 on a CPU: vLLM would serve it on torch's generic `_scaled_mm`. The evaluation task
     refuses that fallback with the kernel's name, scores the variant on the reference path against
-    the baseline scored there (evaluated on demand), and the gate pairs the two; it never wins."""
+    the baseline scored there (evaluated on demand), and the gate pairs the two; it never wins. A
+    second checkpoint in the same format is refused from memory, without another start-up."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # this machine's memory, fresh
     from pydantic import TypeAdapter
 
     from quantgate.conf.methods import VariantSpec
@@ -236,6 +238,13 @@ def test_a_format_the_engine_refuses_is_scored_on_the_reference_path_paired_ther
                       min_slice_tokens=10, min_slice_items=1)
     assert decision.verdicts["fp8"].passed and decision.winner is None
     assert "the serving engine does not serve it" in decision.reason
+    again = evaluate_task.fn(variant="fp8_again", checkpoint=fp8, results_dir=str(tmp_path / "again"),
+                             baseline=base, baseline_checkpoint=tiny_model,
+                             baseline_results_dir=str(tmp_path / "base"), **common)
+    assert "ChannelWiseTorchFP8ScaledMMLinearKernel" in again.not_served
+    assert "remembered from" in again.not_served
+    assert not (tmp_path / "state" / "engine-logs" / "eval-fp8_again.log").exists()  # no start-up
+    assert again.ppl == got.ppl  # the same reference path, the same numbers
 
 
 def test_a_server_that_dies_takes_its_engine_processes_with_it(tiny_model, tmp_path):
