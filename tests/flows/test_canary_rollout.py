@@ -175,3 +175,22 @@ def _safe_log(tmp_path: Path) -> list[dict]:
         return rollout_log(tmp_path)
     except (ValueError, json.JSONDecodeError):
         return []
+
+
+def test_a_variant_no_engine_serves_is_refused_before_anything_starts(tmp_path, tiny_model):
+    """A QuIP# variant the gate passed (quality measured on the reference path) cannot be canaried:
+    no production engine serves it. `quantgate rollout` says so and why, and nothing moves: no alias,
+    no rollout log, no engine started."""
+    quip = shutil.copytree(tiny_model, tmp_path / "quip")
+    config = json.loads((quip / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "quip_sharp", "bits": 2}
+    (quip / "config.json").write_text(json.dumps(config))
+    conf = rollout_state(tmp_path, tiny_model, {"quip": (str(quip), "pass")})
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}")
+    proc = quantgate("rollout", "--config", str(conf), "--variant", "quip")
+    assert proc.returncode == 1, (proc.stdout + proc.stderr)[-3000:]
+    assert ("error: quip (version 2) cannot be canaried: not servable on vllm: no production engine serves "
+            "QuIP#") in proc.stderr, proc.stderr[-3000:]
+    assert aliases(client, "tiny") == {"champion": "1", "canary": None, "previous-champion": None}
+    assert not list((tmp_path / "state").glob("rollouts/*/*/log.jsonl"))
+    assert not (tmp_path / "state" / "engine-logs").exists()
