@@ -108,9 +108,11 @@ class LmEvalConf(Strict):
             raise ValueError(f"unknown lm-eval task(s) {unknown}; local: {sorted(local_tasks())}, or a "
                              "task, group or tag lm-eval ships")
         return v
-    backend: Literal["hf", "vllm"] = Field(
-        default="hf", description="hf: our loader + lm-eval's HF model (CPU/GPU); vllm: lm-eval's "
-        "vLLM model on the checkpoint path (GPU workers; not exercised on the CPU machine)")
+    backend: Literal["hf", "engine", "vllm"] = Field(
+        default="hf", description="hf: our loader + lm-eval's HF model (CPU/GPU); engine: lm-eval's "
+        "completions model against the serving engine's server of each checkpoint (what serves is "
+        "what is scored; a checkpoint it does not serve runs on hf against the baseline run there); "
+        "vllm: lm-eval's in-process vLLM model (GPU workers; not exercised on the CPU machine)")
     replay_size: Annotated[int, Field(ge=1)] = 100
     batch_size: Annotated[int, Field(ge=1)] = 16
     limit: Annotated[int, Field(ge=1)] | None = Field(

@@ -29,7 +29,7 @@ from quantgate.flows.naming import quantize_run_name
 from quantgate.flows.outcomes import as_finished, outcome, value
 from quantgate.tasks.calibrate.stages import calibrate_task, drift_task
 from quantgate.tasks.evaluate.stages import evaluate_task, lmeval_task, long_context_task, scored_line
-from quantgate.tasks.gate.decide import VariantScores
+from quantgate.tasks.gate.decide import VariantScores, paired_lmeval
 from quantgate.tasks.gate.stages import gate_task, report_task, screen_task, survivors_task
 from quantgate.tasks.gate.times import run_times
 from quantgate.tasks.judge.endpoint import judge_endpoint
@@ -101,10 +101,16 @@ def _first_look(config: PipelineConfig, spec: VariantSpec) -> str:
 
 
 def _tasks(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
-           traffic: PreparedTraffic) -> PrefectFuture[Any]:
+           traffic: PreparedTraffic, model: ModelRef | None = None) -> PrefectFuture[Any]:
+    """The task suite (lmeval.backend); `model`: where the baseline is, for a variant the engine
+    does not serve (run on the HF path against the baseline run there); None for the baseline."""
+    state = str(config.runtime.state_dir.resolve())
     with remote_options(num_cpus=config.lmeval.num_cpus):
         return lmeval_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
-                                  traffic=traffic, conf=config.lmeval, dtype=config.eval.dtype)
+                                  traffic=traffic, conf=config.lmeval, dtype=config.eval.dtype,
+                                  engine=config.engine, state_dir=state, is_baseline=model is None,
+                                  baseline_checkpoint=model.path if model else "",
+                                  baseline_results_dir=model.results_dir(state) if model else "")
 
 
 def _long(config: PipelineConfig, name: str, checkpoint: str, results_dir: str) -> PrefectFuture[Any]:
@@ -198,9 +204,9 @@ def _announce(served: str, decision: Any, record: Any, flow_run_id: str) -> None
 
 
 def _submit_evals(config: PipelineConfig, name: str, ckpt: str, traffic: PreparedTraffic,
-                  submit: Any) -> None:
+                  submit: Any, model: ModelRef) -> None:
     """A screen survivor's task evals, and its long-context probe when that is on."""
-    submit("tasks", name, _tasks(config, name, ckpt, ckpt, traffic), config.lmeval.num_cpus)
+    submit("tasks", name, _tasks(config, name, ckpt, ckpt, traffic, model), config.lmeval.num_cpus)
     if config.long_context.enabled:
         submit("long context", name, _long(config, name, ckpt, ckpt), config.long_context.num_cpus)
 
@@ -254,7 +260,7 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             elif stage == "first look":
                 perplexity(name, "rest")
             else:
-                _submit_evals(config, name, quantized[name].checkpoint, traffic, submit)
+                _submit_evals(config, name, quantized[name].checkpoint, traffic, submit, model)
         elif stage == "long context":
             longs[name] = result
             print(f"      {name}: long context ({result.context} tokens) PPL {result.perplexity.ppl:.3f}, "
@@ -306,7 +312,7 @@ def _judge(config: PipelineConfig, state: str, baseline: VariantScores, variants
                   "judgments per variant, the identical answers skipped")
             with remote_options(num_cpus=0):  # they wait on the judge: no CPU of their own
                 futures = {v.name: judge_task.submit(
-                    variant=v.name, baseline_samples=baseline.lmeval.samples_path,
+                    variant=v.name, baseline_samples=paired_lmeval(v.lmeval, baseline.lmeval).samples_path,
                     candidate_samples=v.lmeval.samples_path, conf=config.judge, endpoint=endpoint)
                     for v in judged}
             pending = {f: ("judge", name) for name, f in futures.items()}

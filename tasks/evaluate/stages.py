@@ -16,7 +16,13 @@ from quantgate.tasks.engine.checkpoints import servable
 from quantgate.tasks.engine.server import EngineStartError
 from quantgate.tasks.evaluate.lmeval import LmEvalResult, lmeval_dir_name, read_lmeval, run_lmeval
 from quantgate.tasks.evaluate.long_context import LongContextResult, read_long_context, run_long_context
-from quantgate.tasks.evaluate.on_engine import evaluate_on_engine, known_refusal, learn_refusal, scorer_key
+from quantgate.tasks.evaluate.on_engine import (
+    evaluate_on_engine,
+    known_refusal,
+    learn_refusal,
+    lmeval_on_engine,
+    scorer_key,
+)
 from quantgate.tasks.evaluate.perplexity import EvalResult, eval_file_name, evaluate_checkpoint, read_eval
 from quantgate.tasks.runtime.caching import CACHED
 from quantgate.tasks.runtime.threads import set_threads
@@ -105,7 +111,46 @@ def reference_baseline(checkpoint: str, results_dir: str, traffic: PreparedTraff
 # output into the run's log (a dozen lines of bytecode per eval task), and dill saw none of it.
 @task(name="lm-eval", task_run_name="lm-eval-{variant}", log_prints=False, **CACHED)
 def lmeval_task(*, variant: str, checkpoint: str, results_dir: str, traffic: PreparedTraffic,
-                conf: LmEvalConf, dtype: str) -> LmEvalResult:
+                conf: LmEvalConf, dtype: str, engine: EngineConf | None = None, state_dir: str = "",
+                is_baseline: bool = True, baseline_checkpoint: str = "",
+                baseline_results_dir: str = "") -> LmEvalResult:
+    """The task suite on one model. lmeval.backend `engine`: through the serving engine's server of
+    this checkpoint; a checkpoint the engine does not serve runs on the HF path against the baseline
+    run there (`baseline_*`: where that baseline is, run here if it is not yet), labelled."""
+    on_engine = conf.backend == "engine" and engine is not None
+    not_served = servable(checkpoint) if on_engine else ""
+    if on_engine and not not_served:
+        out = Path(results_dir) / lmeval_dir_name(traffic.heldout_path, scorer_key(engine),
+                                                  conf.model_dump_json())
+        if (out / "lmeval.json").is_file():  # written last: a finished evaluation of the same inputs
+            return read_lmeval(str(out / "lmeval.json"))
+        refusal = "" if is_baseline else known_refusal(checkpoint, engine)
+        try:
+            if not refusal:
+                return lmeval_on_engine(checkpoint, str(out), name=variant, engine=engine,
+                                        state_dir=state_dir, tasks=list(conf.tasks),
+                                        replay_path=traffic.heldout_path, replay_size=conf.replay_size,
+                                        limit=conf.limit)
+        except EngineStartError as exc:
+            if is_baseline:  # nothing to compare with: the run stops here
+                raise
+            learn_refusal(checkpoint, engine, exc)
+            refusal = exc.reason
+        not_served = f"not served on vLLM here: {refusal}"
+        print(f"      {variant}: {not_served}; task evals on the HF path", flush=True)
+    hf = conf.model_copy(update={"backend": "hf"}) if conf.backend == "engine" else conf
+    paired = not_served and _lmeval_on_hf(baseline_checkpoint, baseline_results_dir, traffic, hf, dtype)
+    result = _lmeval_on_hf(checkpoint, results_dir, traffic, hf, dtype)
+    return dataclasses.replace(result, not_served=not_served, paired_baseline=(
+        str(Path(paired.samples_path).parent / "lmeval.json") if paired else ""))
+
+
+def _lmeval_on_hf(checkpoint: str, results_dir: str, traffic: PreparedTraffic, conf: LmEvalConf,
+                  dtype: str) -> LmEvalResult:
+    """lm-eval's HF model on our loader: read where it ran before (the baseline for several variants
+    the engine does not serve), else run now."""
+    if not checkpoint:
+        raise ValueError("a variant run on the HF path needs the baseline's checkpoint")
     out = Path(results_dir) / lmeval_dir_name(traffic.heldout_path, dtype, conf.model_dump_json())
     if (out / "lmeval.json").is_file():  # written last: a finished evaluation of the same inputs
         return read_lmeval(str(out / "lmeval.json"))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from quantgate.conf.methods import ENGINE_SERVES
 from quantgate.conf.schema import OBJECTIVES, GateConf
-from quantgate.tasks.evaluate.lmeval import LmEvalResult
+from quantgate.tasks.evaluate.lmeval import LmEvalResult, read_lmeval
 from quantgate.tasks.evaluate.long_context import LongContextResult
 from quantgate.tasks.evaluate.perplexity import EvalResult, read_eval
 from quantgate.tasks.gate.evidence import OVERALL, Check, kl_checks, perplexity_checks, task_checks
@@ -153,6 +153,12 @@ def paired_baseline(evaluated: EvalResult | None, run_baseline: EvalResult | Non
     return run_baseline
 
 
+def paired_lmeval(evaluated: LmEvalResult, run_baseline: LmEvalResult) -> LmEvalResult:
+    """The baseline a variant's task evals pair with: the run's, or the one run on the same path (a
+    variant the engine does not serve runs on the HF path, against that baseline)."""
+    return read_lmeval(evaluated.paired_baseline) if evaluated.paired_baseline else run_baseline
+
+
 def gate_variant(v: VariantScores, baseline: VariantScores, gate: GateConf, *, min_slice_tokens: int,
                  min_slice_items: int, judge_vote: JudgeVote | None = None) -> Verdict:
     if v.eval is None:
@@ -164,8 +170,8 @@ def gate_variant(v: VariantScores, baseline: VariantScores, gate: GateConf, *, m
     checks += kl_checks(base_eval, v.eval, gate, min_tokens=min_slice_tokens)
     notes: list[str] = []
     if baseline.lmeval is not None and v.lmeval is not None:
-        more, notes = task_checks(baseline.lmeval.samples_path, v.lmeval.samples_path, gate,
-                                  min_items=min_slice_items)
+        more, notes = task_checks(paired_lmeval(v.lmeval, baseline.lmeval).samples_path,
+                                  v.lmeval.samples_path, gate, min_items=min_slice_items)
         checks += more
     if baseline.long is not None and v.long is not None:  # at the served context: KV error adds up
         checks += perplexity_checks(baseline.long.perplexity, v.long.perplexity, gate,

@@ -158,6 +158,10 @@ def log_child_run(
         client.set_tag(rid, "eval.scored_by", scores.eval.scored_by)
         if scores.eval.not_served:
             client.set_tag(rid, "eval.not_served", scores.eval.not_served[:4000])
+    if scores.lmeval is not None and scores.lmeval.scored_by:  # the task evals' engine, likewise
+        client.set_tag(rid, "lmeval.scored_by", scores.lmeval.scored_by)
+        if scores.lmeval.not_served:
+            client.set_tag(rid, "lmeval.not_served", scores.lmeval.not_served[:4000])
     for path in artifacts:
         client.log_artifact(rid, path)
     status = (RunStatus.FINISHED if scores.eval is not None
