@@ -114,7 +114,7 @@ class ServedModel:
 def run_lmeval(
     checkpoint: str, out_dir: str, *, tasks: list[str], replay_path: str, replay_size: int,
     batch_size: int, dtype: str = "float32", limit: int | None = None, backend: str = "hf",
-    served: ServedModel | None = None, not_served: str = "", paired_baseline: str = "",
+    served: ServedModel | None = None,
 ) -> LmEvalResult:
     """`backend`: "hf" (our loader, lm-eval's HF model), "engine" (lm-eval's completions model
     against `served`, the engine server of this checkpoint), "vllm" (lm-eval's in-process vLLM)."""
@@ -169,8 +169,7 @@ def run_lmeval(
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     ran_on = served.scored_by if backend == "engine" and served else f"{backend}, {dtype}"
     result = LmEvalResult(metrics, stderr, slice_means(rows), skipped, str(samples_path), versions,
-                          time.perf_counter() - start, time.process_time() - cpu, ran_on, not_served,
-                          paired_baseline)
+                          time.perf_counter() - start, time.process_time() - cpu, ran_on)
     (out / "lmeval.json").write_text(json.dumps(asdict(result), indent=1))
     return result
 

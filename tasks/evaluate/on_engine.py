@@ -10,9 +10,10 @@ time. A checkpoint no production engine serves is refused here with the reason
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from quantgate.conf.engine import EngineConf
 from quantgate.tasks.engine import support
@@ -28,6 +29,8 @@ from quantgate.tasks.model.load import load_tokenizer
 from quantgate.tasks.traffic.load import read_requests
 from quantgate.tasks.traffic.slices import slice_names
 from quantgate.tasks.traffic.tokens import encode_request
+
+T = TypeVar("T")
 
 
 class FallbackKernel(EngineStartError):
@@ -111,6 +114,22 @@ def known_refusal(checkpoint: str, engine: EngineConf) -> str:
     known = support.refused(_support_key(checkpoint, engine))
     return "" if known is None else (f"{known['reason']} (remembered from {Path(known['checkpoint']).name}'s "
                                      f"start-up, same format; engine log: {known['log']})")
+
+
+def on_engine_or_refusal(run: Callable[[], T], checkpoint: str, engine: EngineConf, *,
+                         is_baseline: bool) -> tuple[T | None, str]:
+    """`run()` on the engine, or why the engine refuses this checkpoint here: remembered from an
+    earlier start-up of its format, or learnt now. The baseline is never refused: it raises."""
+    refusal = "" if is_baseline else known_refusal(checkpoint, engine)
+    if refusal:
+        return None, refusal
+    try:
+        return run(), ""
+    except EngineStartError as exc:
+        if is_baseline:  # nothing to compare with: the run stops here
+            raise
+        learn_refusal(checkpoint, engine, exc)
+        return None, exc.reason
 
 
 def learn_refusal(checkpoint: str, engine: EngineConf, exc: EngineStartError) -> None:

@@ -13,14 +13,12 @@ from prefect import task
 from quantgate.conf.engine import EngineConf
 from quantgate.conf.schema import EvalConf, LmEvalConf, LongContextConf
 from quantgate.tasks.engine.checkpoints import servable
-from quantgate.tasks.engine.server import EngineStartError
 from quantgate.tasks.evaluate.lmeval import LmEvalResult, lmeval_dir_name, read_lmeval, run_lmeval
 from quantgate.tasks.evaluate.long_context import LongContextResult, read_long_context, run_long_context
 from quantgate.tasks.evaluate.on_engine import (
     evaluate_on_engine,
-    known_refusal,
-    learn_refusal,
     lmeval_on_engine,
+    on_engine_or_refusal,
     scorer_key,
 )
 from quantgate.tasks.evaluate.perplexity import EvalResult, eval_file_name, evaluate_checkpoint, read_eval
@@ -46,19 +44,13 @@ def evaluate_task(*, variant: str, checkpoint: str, results_dir: str, traffic: P
                                                  scorer_key(engine))
         if out.is_file():  # same model, held-out set, settings and code: the result is on disk
             return read_eval(str(out))
-        refusal = known_refusal(checkpoint, engine) if baseline is not None else ""
-        try:
-            if not refusal:
-                return evaluate_on_engine(checkpoint, traffic.heldout_path, str(out), engine=engine,
-                                          state_dir=state_dir, window=conf.window, name=variant,
-                                          reference=baseline.reference_path if baseline else None,
-                                          record_reference=baseline is None, look=look,
-                                          first_share=first_share, first=first)
-        except EngineStartError as exc:
-            if baseline is None:  # the baseline itself: nothing to compare with, the run stops here
-                raise
-            learn_refusal(checkpoint, engine, exc)
-            refusal = exc.reason
+        result, refusal = on_engine_or_refusal(lambda: evaluate_on_engine(
+            checkpoint, traffic.heldout_path, str(out), engine=engine, state_dir=state_dir,
+            window=conf.window, name=variant, reference=baseline.reference_path if baseline else None,
+            record_reference=baseline is None, look=look, first_share=first_share, first=first),
+            checkpoint, engine, is_baseline=baseline is None)
+        if result is not None:
+            return result
         not_served = f"not served on vLLM here: {refusal}"
         print(f"      {variant}: {not_served}; scored on the reference path", flush=True)
     if not_served and baseline is not None:  # paired with the baseline on the same path
@@ -124,18 +116,12 @@ def lmeval_task(*, variant: str, checkpoint: str, results_dir: str, traffic: Pre
                                                   conf.model_dump_json())
         if (out / "lmeval.json").is_file():  # written last: a finished evaluation of the same inputs
             return read_lmeval(str(out / "lmeval.json"))
-        refusal = "" if is_baseline else known_refusal(checkpoint, engine)
-        try:
-            if not refusal:
-                return lmeval_on_engine(checkpoint, str(out), name=variant, engine=engine,
-                                        state_dir=state_dir, tasks=list(conf.tasks),
-                                        replay_path=traffic.heldout_path, replay_size=conf.replay_size,
-                                        limit=conf.limit)
-        except EngineStartError as exc:
-            if is_baseline:  # nothing to compare with: the run stops here
-                raise
-            learn_refusal(checkpoint, engine, exc)
-            refusal = exc.reason
+        result, refusal = on_engine_or_refusal(lambda: lmeval_on_engine(
+            checkpoint, str(out), name=variant, engine=engine, state_dir=state_dir, tasks=list(conf.tasks),
+            replay_path=traffic.heldout_path, replay_size=conf.replay_size, limit=conf.limit),
+            checkpoint, engine, is_baseline=is_baseline)
+        if result is not None:
+            return result
         not_served = f"not served on vLLM here: {refusal}"
         print(f"      {variant}: {not_served}; task evals on the HF path", flush=True)
     hf = conf.model_copy(update={"backend": "hf"}) if conf.backend == "engine" else conf
