@@ -65,10 +65,15 @@ class EngineSpec:
 # The server runs under this supervisor, the leader of the server's process group: vLLM's API server
 # starts an engine core (and a worker) that outlive it when it dies abruptly (seen: orphans holding
 # 1.7 GB each after a killed replica). Told to stop (SIGTERM/SIGINT, or PDEATHSIG when whoever started
-# it dies), or when the server exits by itself, the supervisor ends the whole group.
+# it dies), or when the server exits by itself, the supervisor ends the whole group. Killed outright
+# itself (Ray SIGKILLs a dead replica's child processes, the supervisor among them: seen, two engines
+# left running per rollout killed with -9), it cannot: the server is tied to it by PDEATHSIG and stops
+# as on SIGTERM, its engine core with it.
 SUPERVISOR = """
-import os, signal, subprocess, sys, time
-server = subprocess.Popen(sys.argv[1:])
+import ctypes, os, signal, subprocess, sys, time
+def tied():
+    ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: this supervisor's death stops it
+server = subprocess.Popen(sys.argv[1:], preexec_fn=tied)
 def end_group(*_):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

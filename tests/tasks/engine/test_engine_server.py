@@ -247,9 +247,12 @@ def test_a_format_the_engine_refuses_is_scored_on_the_reference_path_paired_ther
     assert again.ppl == got.ppl  # the same reference path, the same numbers
 
 
-def test_a_server_that_dies_takes_its_engine_processes_with_it(tiny_model, tmp_path):
+@pytest.mark.parametrize("killed", ["server", "supervisor"])
+def test_a_server_that_dies_takes_its_engine_processes_with_it(tiny_model, tmp_path, killed):
     """vLLM's API server killed outright (a crash): the supervisor ends what it left behind (its
-    engine core would otherwise live on, holding its memory), and the server reads as dead."""
+    engine core would otherwise live on, holding its memory), and the server reads as dead. The
+    supervisor killed outright (Ray kills a dead replica's children with SIGKILL): the server and its
+    engine core end too."""
     import os
     import signal
 
@@ -258,8 +261,8 @@ def test_a_server_that_dies_takes_its_engine_processes_with_it(tiny_model, tmp_p
     try:
         family = psutil.Process(server.process.pid).children(recursive=True)
         assert len(family) >= 2  # the API server and its engine core at least
-        os.kill(server.server_pid(), signal.SIGKILL)
-        _, alive = psutil.wait_procs(family, timeout=20)
+        os.kill(server.server_pid() if killed == "server" else server.process.pid, signal.SIGKILL)
+        _, alive = psutil.wait_procs(family, timeout=30)
         assert not alive and not server.alive()
     finally:
         server.stop()
