@@ -31,6 +31,12 @@ def tiny_model(tmp_path_factory) -> str:
     return str(tiny_llama(tmp_path_factory.mktemp("tiny") / "model"))
 
 
+def pytest_sessionfinish(session, exitstatus):
+    from factories import stop_shared_prefect
+
+    stop_shared_prefect()
+
+
 def pytest_terminal_summary(terminalreporter):
     """The browser test's screenshots, by path: CI's output says where to look."""
     from browser import TAKEN

@@ -6,6 +6,10 @@ import json
 import os
 import random
 import re
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +28,57 @@ _TOPICS = {
 }
 
 
-def cli_env(**extra: str) -> dict[str, str]:
-    """The environment a user's shell gives the CLI: none of the shared-server addresses, and none
-    of the telemetry switches the CLI must set itself (conftest sets them for this process only)."""
+def cli_env(*, own_prefect: bool = False, **extra: str) -> dict[str, str]:
+    """The environment a user's shell gives the CLI: none of the telemetry switches the CLI must set
+    itself (conftest sets them for this process only), no tracking server, and the session's Prefect
+    server as a team's shared one (PREFECT_API_URL): each CLI run then skips starting its own, ~20 s
+    on 2 cores. `own_prefect`: the test is about the server the CLI starts and stops itself."""
     from quantgate.tasks.runtime.servers import QUIET_ENV
 
     drop = {"PREFECT_API_URL", "MLFLOW_TRACKING_URI", *QUIET_ENV}
-    return {**{k: v for k, v in os.environ.items() if k not in drop}, **extra}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    if not own_prefect:
+        env["PREFECT_API_URL"] = shared_prefect_api()
+    return {**env, **extra}
+
+
+_SHARED_PREFECT: list[tuple[subprocess.Popen, str]] = []
+
+
+def shared_prefect_api() -> str:
+    """The session's Prefect server, started on first use (conftest stops it at the end)."""
+    from quantgate.tasks.runtime.child_process import free_port, own_session_tied_to_parent
+    from quantgate.tasks.runtime.servers import QUIET_ENV, prefect_server_env
+
+    if _SHARED_PREFECT:
+        return _SHARED_PREFECT[0][1]
+    home = Path(os.environ["HOME"]).parent / "prefect-shared"
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, **QUIET_ENV, **prefect_server_env(port), "PREFECT_HOME": str(home)}
+    env.pop("PREFECT_API_URL", None)
+    with (home / "server.log").open("ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+                                 "--port", str(port), "--no-ui", "--analytics-off"], stdout=log,
+                                stderr=subprocess.STDOUT, env=env, preexec_fn=own_session_tied_to_parent)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"{api}/health", timeout=2):
+                break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, f"see {home / 'server.log'}"
+            time.sleep(0.5)
+    _SHARED_PREFECT.append((proc, api))
+    return api
+
+
+def stop_shared_prefect() -> None:
+    from quantgate.tasks.runtime.child_process import stop_child
+
+    while _SHARED_PREFECT:
+        stop_child(_SHARED_PREFECT.pop()[0], grace_s=20)
 
 
 def record(i: int, *, tenant: str = "acme", domain: str = "code", lang: str = "en",

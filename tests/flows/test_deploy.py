@@ -30,7 +30,8 @@ EXE = Path(sys.executable).parent / "quantgate"
 def _env(tmp):
     """A Prefect home of this module's own: the stack's server must not share the session's database
     with the other tests' servers."""
-    return cli_env(PREFECT_HOME=str(tmp / "prefect-home"), PREFECT_RUNNER_POLL_FREQUENCY="2")
+    return cli_env(own_prefect=True, PREFECT_HOME=str(tmp / "prefect-home"),
+                   PREFECT_RUNNER_POLL_FREQUENCY="2")
 
 
 def _quantgate(tmp, *args, timeout=180):

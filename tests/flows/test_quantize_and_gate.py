@@ -62,9 +62,9 @@ def _config(tmp_path, model, *, judge=False, backend="reference"):
     return path
 
 
-def _cli(*args, **kw):
+def _cli(*args, own_prefect=False, **kw):
     exe = Path(sys.executable).parent / "quantgate"
-    env = cli_env()
+    env = cli_env(own_prefect=own_prefect)
     return subprocess.Popen([str(exe), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env, **kw)
 
@@ -309,7 +309,7 @@ def test_ui_serves_both_and_sigterm_stops_its_servers(tmp_path, tiny_model):
     conf = _config(tmp_path, tiny_model)
     runtime = yaml.safe_load(conf.read_text())["runtime"]
     prefect, mlflow = runtime["prefect_port"], runtime["mlflow_ui_port"]
-    proc = _cli("ui", "--config", str(conf))
+    proc = _cli("ui", "--config", str(conf), own_prefect=True)
     deadline, lines = time.monotonic() + 120, []
     while not any("Ctrl-C" in line for line in lines):
         assert time.monotonic() < deadline and proc.poll() is None, lines
