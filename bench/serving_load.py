@@ -136,7 +136,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench-serving.json"))
     args = ap.parse_args()
     config = load_config(args.config)
-    state = Path(config.runtime.state_dir)
+    state = Path(config.runtime.state_dir).resolve()  # Ray workers start elsewhere: no relative paths
     champion, canary, canary_label = _checkpoints(state, config.model.name, args.canary)
     traffic = prepare_traffic(config.traffic, state / "traffic")
     prompts = [r.messages for r in read_requests(Path(traffic.heldout_path))]

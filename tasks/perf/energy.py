@@ -9,12 +9,15 @@ detail stating the powers assumed."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+import psutil
 
 
 class MeterUnavailable(RuntimeError):
@@ -175,6 +178,44 @@ class EstimatedCpuMeter:
         detail = (f"estimated: {self.watts_per_busy_core:.1f} W per busy core × {cpu_s:.2f} CPU-s "
                   f"+ {self.base_watts:.1f} W × {seconds:.2f} s (DRAM/base)")
         return EnergyReading(joules, seconds, self.method, detail)
+
+
+def process_tree_cpu_s(pid: int, seen: dict[int, float] | None = None) -> float:
+    """CPU seconds of `pid` and its descendants so far. With `seen` (pid -> last count, kept by the
+    caller), a process that has exited keeps its last count instead of dropping out of the sum."""
+    seen = {} if seen is None else seen
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        procs = []
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            seen[p.pid] = t.user + t.system
+    return sum(seen.values())
+
+
+class ProcessTreeCpuMeter:
+    """EstimatedCpuMeter's model over another process's tree (an engine server: it decodes in child
+    processes of its own, where our process_time sees nothing of it)."""
+
+    method = "estimated"
+
+    def __init__(self, pid: int, *, watts_per_busy_core: float, base_watts: float) -> None:
+        self._pid, self.watts_per_busy_core, self.base_watts = pid, watts_per_busy_core, base_watts
+        self.detail = (f"estimated: {watts_per_busy_core:.1f} W per busy core × the process tree's CPU-s"
+                       f" + {base_watts:.1f} W × wall s")
+
+    def begin(self) -> None:
+        self._seen: dict[int, float] = {}
+        self._cpu0, self._t0 = process_tree_cpu_s(self._pid, self._seen), time.perf_counter()
+
+    def end(self) -> EnergyReading:  # since begin(); may be read again and again
+        cpu_s = process_tree_cpu_s(self._pid, self._seen) - self._cpu0
+        seconds = time.perf_counter() - self._t0
+        return EnergyReading(cpu_s * self.watts_per_busy_core + self.base_watts * seconds, seconds,
+                             self.method, self.detail)
 
 
 _KNOWN = ("nvml", "rapl", "estimated")

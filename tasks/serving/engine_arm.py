@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 from ray import serve
 
 from quantgate.conf.engine import EngineConf
@@ -25,23 +24,9 @@ from quantgate.tasks.engine.checkpoints import engine_spec
 from quantgate.tasks.engine.environment import find_engine
 from quantgate.tasks.engine.server import engine_server
 from quantgate.tasks.model.load import load_tokenizer
+from quantgate.tasks.perf.energy import process_tree_cpu_s
 from quantgate.tasks.serving import engine_client
 from quantgate.tasks.serving.protocol import Prompt, prompt_token_ids
-
-
-def _tree_cpu_s(pid: int) -> float:
-    """CPU seconds of the engine's processes (API server, engine core, workers) so far."""
-    try:
-        procs = [psutil.Process(pid)]
-        procs += procs[0].children(recursive=True)
-    except psutil.NoSuchProcess:
-        return 0.0
-    total = 0.0
-    for proc in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            t = proc.cpu_times()
-            total += t.user + t.system
-    return total
 
 
 @serve.deployment(max_ongoing_requests=64, health_check_period_s=5, health_check_timeout_s=30,
@@ -85,13 +70,13 @@ class EngineArm:
         """{"delta": text} per chunk, then {"done": stats}. `cpu_s`: the engine's CPU seconds during
         the request shared among the requests in flight (an estimate: a batch's cost is not
         separable by request)."""
-        cpu0, self.in_flight = _tree_cpu_s(self.server.process.pid), self.in_flight + 1
+        cpu0, self.in_flight = process_tree_cpu_s(self.server.process.pid), self.in_flight + 1
         peak = self.in_flight
         try:
             async for item in engine_client.stream(self.client, prompt, self.role):
                 peak = max(peak, self.in_flight)
                 if "done" in item:
-                    share = (_tree_cpu_s(self.server.process.pid) - cpu0) / max(1, peak)
+                    share = (process_tree_cpu_s(self.server.process.pid) - cpu0) / max(1, peak)
                     item = {"done": item["done"] | {"cpu_s": share}}
                 yield item
         finally:
