@@ -59,7 +59,8 @@ def run(tmp_path_factory):
     }
     path = tmp / "e2e.yaml"
     path.write_text(yaml.safe_dump(conf))
-    env = cli_env()
+    # Its own Prefect server, its database in the run's state: the PII scan below reads it too.
+    env = cli_env(own_prefect=True)
     env["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp / 'tracking.db'}"  # the env var is honoured
     exe = Path(sys.executable).parent / "quantgate"
     proc = subprocess.run([str(exe), "run", "--config", str(path)], capture_output=True, text=True,

@@ -24,6 +24,7 @@ from quantgate.tasks.evaluate.on_engine import evaluate_on_engine
 from quantgate.tasks.evaluate.perplexity import evaluate_checkpoint
 from quantgate.tasks.evaluate.served import score_served, sparse_kl, windows_for
 from quantgate.tasks.model.load import load_causal_lm, load_tokenizer
+from quantgate.tasks.perf.serving_bench import WHOLE_RUN, serving_meter, serving_sweep
 from quantgate.tasks.traffic.load import load_traffic, read_requests, write_requests
 from quantgate.tasks.traffic.tokens import encode_request
 
@@ -92,6 +93,31 @@ def test_the_engines_metrics_count_a_window_of_requests(server):
     summary = window.summary()
     assert 0 < summary["ttft_s.p50"] <= summary["ttft_s.p99"]
     assert summary["itl_s.mean"] > 0
+
+
+def test_vllms_serving_benchmark_gives_its_figures_and_joules_per_token(server, model_dir, tmp_path):
+    """bench/engine_serving.py's sweep (tasks/perf/serving_bench.py) against this module's server."""
+    tok = load_tokenizer(model_dir)
+    prompts = [tok.apply_chat_template(r["request"]["messages"], tokenize=False, add_generation_prompt=True)
+               for r in mixed_records(8)]
+    meter, _ = serving_meter(server.process.pid, watts_per_busy_core=4.0, base_watts=20.0)
+    levels = serving_sweep(server.base_url, "tiny", tokenizer=model_dir, prompts=prompts,
+                           concurrency=(1, 4), output_tokens=8, max_num_seqs=server.spec.max_num_seqs,
+                           meter=meter, out_dir=tmp_path / "bench", python=find_engine().python,
+                           requests_per_client=8, engine_cpus=server.cpus)
+    assert [lv.clients for lv in levels] == [1, 4]
+    for lv in levels:
+        assert lv.sent == lv.completed == 8 * lv.clients and lv.failed == 0
+        assert lv.req_s > 0 and lv.out_tok_s > 0 and lv.duration_s > 0
+        assert math.isclose(lv.out_tok_s * lv.duration_s, 8 * lv.completed)  # EOS ignored: 8 tokens each
+        assert sorted(lv.latency_ms) == sorted(f"{m}_p{p}" for m in ("ttft", "tpot", "itl", "e2el")
+                                               for p in (50, 95, 99))
+        assert all(v > 0 for v in lv.latency_ms.values())
+        assert lv.latency_ms["ttft_p50"] <= lv.latency_ms["ttft_p99"]
+        e = lv.energy
+        assert math.isfinite(e.j_per_token) and e.j_per_token > 0 and e.method in ("rapl", "estimated")
+        assert e.window in (WHOLE_RUN, f"steady state, {lv.clients} running")
+        assert 0 < e.tokens <= 8 * lv.completed
 
 
 def test_kl_from_top_k_is_a_lower_bound_that_sees_a_perturbation(server, model_dir, heldout, tmp_path):

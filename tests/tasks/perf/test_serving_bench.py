@@ -1,5 +1,6 @@
 """The serving bench: its steady-state window on made-up sample series with known answers, its meter
-over a real process tree, then vLLM's own benchmark against a real engine on the tiny Llama."""
+over a real process tree. vLLM's own benchmark against a real engine: tests/tasks/engine/
+test_engine_server.py (on that module's server)."""
 
 from __future__ import annotations
 
@@ -11,21 +12,15 @@ import time
 
 import pytest
 
-from quantgate.tasks.engine.environment import find_engine
-from quantgate.tasks.engine.server import EngineSpec, engine_server
-from quantgate.tasks.model.load import load_tokenizer
+from quantgate.tasks.perf.energy import ProcessTreeCpuMeter
 from quantgate.tasks.perf.serving_bench import (
     WHOLE_RUN,
-    EngineTreeCpuMeter,
     Sample,
     generation_span,
     serving_meter,
-    serving_sweep,
     steady_window,
     window_energy,
 )
-
-from factories import mixed_records
 
 
 @pytest.mark.parametrize(("running", "full", "want"), [
@@ -97,7 +92,7 @@ BURN_IN_A_GRANDCHILD = f"import subprocess, sys\nsubprocess.run([sys.executable,
 def test_the_meter_counts_cpu_time_of_the_whole_process_tree():
     """The engine decodes in child processes: their CPU time counts, our own process's does not."""
     child = subprocess.Popen([sys.executable, "-c", BURN_IN_A_GRANDCHILD])
-    meter = EngineTreeCpuMeter(child.pid, watts_per_busy_core=10.0, base_watts=0.0)
+    meter = ProcessTreeCpuMeter(child.pid, watts_per_busy_core=10.0, base_watts=0.0)
     meter.begin()
     readings = []
     while child.poll() is None:  # read while it runs, as the sampler does
@@ -112,29 +107,3 @@ def test_without_rapl_the_meter_is_the_estimate_and_says_why(tmp_path):
                                  rapl_root=tmp_path / "no-powercap")
     assert meter.method == "estimated" and notes[0].startswith("rapl:")
 
-
-@pytest.mark.timeout(600)
-def test_a_sweep_on_the_engine_gives_vllms_figures_and_joules_per_token(tiny_model, tmp_path):
-    tok = load_tokenizer(tiny_model)
-    prompts = [tok.apply_chat_template(r["request"]["messages"], tokenize=False, add_generation_prompt=True)
-               for r in mixed_records(8)]
-    spec = EngineSpec(model=tiny_model, served_name="tiny", dtype="float32", max_model_len=512)
-    with engine_server(spec, state_dir=tmp_path, log_name="tiny") as server:
-        meter, _ = serving_meter(server.process.pid, watts_per_busy_core=4.0, base_watts=20.0)
-        levels = serving_sweep(server.base_url, "tiny", tokenizer=tiny_model, prompts=prompts,
-                               concurrency=(1, 4), output_tokens=8, max_num_seqs=spec.max_num_seqs,
-                               meter=meter, out_dir=tmp_path / "bench", python=find_engine().python,
-                               requests_per_client=8, engine_cpus=server.cpus)
-    assert [lv.clients for lv in levels] == [1, 4]
-    for lv in levels:
-        assert lv.sent == lv.completed == 8 * lv.clients and lv.failed == 0
-        assert lv.req_s > 0 and lv.out_tok_s > 0 and lv.duration_s > 0
-        assert math.isclose(lv.out_tok_s * lv.duration_s, 8 * lv.completed)  # EOS ignored: 8 tokens each
-        assert sorted(lv.latency_ms) == sorted(f"{m}_p{p}" for m in ("ttft", "tpot", "itl", "e2el")
-                                               for p in (50, 95, 99))
-        assert all(v > 0 for v in lv.latency_ms.values())
-        assert lv.latency_ms["ttft_p50"] <= lv.latency_ms["ttft_p99"]
-        e = lv.energy
-        assert math.isfinite(e.j_per_token) and e.j_per_token > 0 and e.method in ("rapl", "estimated")
-        assert e.window in (WHOLE_RUN, f"steady state, {lv.clients} running")
-        assert 0 < e.tokens <= 8 * lv.completed
