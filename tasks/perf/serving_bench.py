@@ -122,7 +122,6 @@ def window_energy(samples: Sequence[Sample], full: int, *, method: str, detail: 
                         sum(s.running >= full for s in inside), method, detail, label)
 
 
-
 def serving_meter(engine_pid: int, *, watts_per_busy_core: float, base_watts: float,
                   rapl_root: Path = Path("/sys/class/powercap")) -> tuple[EnergyMeter, list[str]]:
     """RAPL where its counters are readable (the whole socket: other work on it is counted too), else
