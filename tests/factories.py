@@ -7,9 +7,6 @@ import os
 import random
 import re
 import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -46,30 +43,19 @@ _SHARED_PREFECT: list[tuple[subprocess.Popen, str]] = []
 
 
 def shared_prefect_api() -> str:
-    """The session's Prefect server, started on first use (conftest stops it at the end)."""
-    from quantgate.tasks.runtime.child_process import free_port, own_session_tied_to_parent
-    from quantgate.tasks.runtime.servers import QUIET_ENV, prefect_server_env
+    """The session's Prefect server, started on first use (conftest stops it at the end); a home of
+    its own, not the in-process tests' Prefect home."""
+    from quantgate.tasks.runtime.child_process import free_port
+    from quantgate.tasks.runtime.servers import QUIET_ENV, start_prefect_server
 
     if _SHARED_PREFECT:
         return _SHARED_PREFECT[0][1]
     home = Path(os.environ["HOME"]).parent / "prefect-shared"
     home.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, **QUIET_ENV, **prefect_server_env(port), "PREFECT_HOME": str(home)}
-    env.pop("PREFECT_API_URL", None)
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     with (home / "server.log").open("ab") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-                                 "--port", str(port), "--no-ui", "--analytics-off"], stdout=log,
-                                stderr=subprocess.STDOUT, env=env, preexec_fn=own_session_tied_to_parent)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"{api}/health", timeout=2):
-                break
-        except OSError:
-            assert proc.poll() is None and time.monotonic() < deadline, f"see {home / 'server.log'}"
-            time.sleep(0.5)
+        proc, api = start_prefect_server(free_port(), log, ui=False,
+                                         env={**env, **QUIET_ENV, "PREFECT_HOME": str(home)}, timeout_s=120)
     _SHARED_PREFECT.append((proc, api))
     return api
 

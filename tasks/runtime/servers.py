@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from quantgate.conf.settings import env_settings
 from quantgate.tasks.runtime.child_process import free_port, own_session_tied_to_parent, stop_child
@@ -89,6 +90,23 @@ def port_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
+def start_prefect_server(port: int, log: IO[bytes], *, ui: bool, env: dict[str, str],
+                         timeout_s: float = 90) -> tuple[subprocess.Popen[bytes], str]:
+    """A Prefect server on 127.0.0.1:`port`, healthy, tied to this process: (process, API URL).
+    `env` is the server's whole environment (its PREFECT_HOME holds its database)."""
+    api = f"http://127.0.0.1:{port}/api"
+    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+           "--port", str(port), "--ui" if ui else "--no-ui", "--analytics-off"]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                            env={**env, **prefect_server_env(port)}, preexec_fn=own_session_tied_to_parent)
+    deadline = time.monotonic() + timeout_s
+    while not _healthy(api):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_child(proc, grace_s=20)
+            raise RuntimeError(f"Prefect server did not start; see {log.name}")
+        time.sleep(0.5)
+    return proc, api
+
 @contextlib.contextmanager
 def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[PrefectServer]:
     """Use the server named by PREFECT_API_URL, else start one on `port` (or a free port if
@@ -104,19 +122,13 @@ def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[P
     # elsewhere rather than write into it. A shared server is chosen with PREFECT_API_URL.
     if not port_free(port):
         port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
     log = (state_dir / "prefect-server.log").open("ab")
-    cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-           "--port", str(port), "--ui" if ui else "--no-ui", "--analytics-off"]
-    env = {**os.environ, **prefect_server_env(port)}
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                            preexec_fn=own_session_tied_to_parent)
     try:
-        deadline = time.monotonic() + 90
-        while not _healthy(api):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Prefect server did not start; see {log.name}")
-            time.sleep(0.5)
+        proc, api = start_prefect_server(port, log, ui=ui, env=dict(os.environ))
+    except BaseException:
+        log.close()
+        raise
+    try:
         os.environ["PREFECT_API_URL"] = api
         yield PrefectServer(api, f"http://127.0.0.1:{port}", proc)
     finally:
