@@ -25,25 +25,15 @@ from quantgate.conf.load import load_config
 from quantgate.tasks.engine.checkpoints import engine_spec
 from quantgate.tasks.engine.environment import find_engine, platform_name
 from quantgate.tasks.engine.server import engine_server
-from quantgate.tasks.model.load import load_tokenizer
+from quantgate.tasks.perf.engine_bench import served_prompts
 from quantgate.tasks.perf.serving_bench import (
     MAX_PROMPT_TOKENS,
-    MIN_PROMPT_TOKENS,
     LevelResult,
     serving_meter,
     serving_sweep,
 )
-from quantgate.tasks.traffic.load import Request, read_requests
+from quantgate.tasks.traffic.load import read_requests
 from quantgate.tasks.traffic.prepare import prepare_traffic
-from quantgate.tasks.traffic.tokens import _render  # the chat rendering scoring uses (private there)
-
-
-def _prompts(checkpoint: str, requests: list[Request], max_tokens: int) -> tuple[list[str], int]:
-    """Each request's prompt as the server would see it, and how many were left out for length."""
-    tok = load_tokenizer(checkpoint)
-    texts = [_render(tok, r.messages, add_generation_prompt=True) for r in requests]
-    kept = [t for t in texts if MIN_PROMPT_TOKENS <= len(tok(t).input_ids) <= max_tokens]
-    return kept, len(texts) - len(kept)
 
 
 def _labels(models: list[str]) -> list[str]:
@@ -95,7 +85,7 @@ def main() -> None:
     runs = []
     for path, label in zip(args.model, _labels(args.model), strict=True):
         spec = engine_spec(path, label, engine)
-        prompts, left_out = _prompts(path, requests,
+        prompts, left_out = served_prompts(path, requests,
                                      min(spec.max_model_len - args.output_tokens, MAX_PROMPT_TOKENS))
         if not prompts:
             raise SystemExit(f"{label}: no held-out prompt fits {spec.max_model_len} tokens of context")

@@ -158,19 +158,32 @@ class JudgeConf(Strict):
 
 
 class BenchConf(Strict):
-    """Speed, memory and energy (`quantgate bench`, and a flow step after evaluation): baseline and
-    every variant in one process, interleaved rounds, medians. J/token over the decode window."""
+    """Speed, memory and energy (`quantgate bench`, and a flow step after evaluation), J/token over the
+    steady state. engine: each servable checkpoint on the serving engine in turn, vLLM's serving
+    benchmark at each concurrency (tasks/perf/engine_bench.py); reference: baseline and every variant
+    in one process on our loaders, interleaved rounds, medians (tasks/perf/timing.py)."""
 
     enabled: bool = True
-    batch_sizes: tuple[Annotated[int, Field(ge=1)], ...] = Field(default=(1, 8), min_length=1)
+    backend: Literal["engine", "reference"] = Field(
+        default="engine", description="engine: what will serve measures (`engine` conf; a format no "
+        "engine serves gets no figures, with the reason); reference: our loaders, batch rows per forward")
+    batch_sizes: tuple[Annotated[int, Field(ge=1)], ...] = Field(
+        default=(1, 8), min_length=1, description="engine: clients in flight, which the engine batches; "
+        "reference: rows per forward")
     gate_batch: Annotated[int, Field(ge=1)] = Field(
-        default=1, description="the batch size whose figures are `perf.*`/`energy.j_per_token` and "
-        "feed the gate's objective; must be one of batch_sizes")
-    prompt_tokens: Annotated[int, Field(ge=1)] = 64
-    new_tokens: Annotated[int, Field(ge=2)] = 32
-    warmup: Annotated[int, Field(ge=0)] = 1
-    repeats: Annotated[int, Field(ge=1)] = 3
-    bf16_baseline: bool = Field(default=True, description="also measure the baseline in bf16")
+        default=1, description="the level (clients or batch) whose figures are `perf.*`/"
+        "`energy.j_per_token` and feed the gate's objective; must be one of batch_sizes")
+    requests_per_client: Annotated[int, Field(ge=1)] = Field(
+        default=4, description="engine: requests per level = this × clients, held-out prompts as served")
+    prompt_tokens: Annotated[int, Field(ge=1)] = Field(
+        default=64, description="reference: held-out prompt tokens cut into rows of this length (the engine "
+        "sends each held-out prompt whole)")
+    new_tokens: Annotated[int, Field(ge=2)] = Field(default=32, description="tokens decoded per request "
+                                                     "(EOS ignored)")
+    warmup: Annotated[int, Field(ge=0)] = Field(default=1, description="reference: unrecorded rounds")
+    repeats: Annotated[int, Field(ge=1)] = Field(default=3, description="reference: timed rounds (medians)")
+    bf16_baseline: bool = Field(default=True, description="reference, CPU: also measure the baseline in "
+                                "bf16 (the engine serves baseline and variants in one dtype)")
     compile: bool = Field(default=False, description="decode through torch.compile on a static cache "
                           "(every model compiled once per batch size in the warm-up: minutes on 2 cores)")
     energy: tuple[Literal["nvml", "rapl", "estimated"], ...] = Field(

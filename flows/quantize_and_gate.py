@@ -36,7 +36,7 @@ from quantgate.tasks.judge.endpoint import judge_endpoint
 from quantgate.tasks.judge.stages import judge_task
 from quantgate.tasks.model.source import ModelRef
 from quantgate.tasks.model.stages import resolve_model_task
-from quantgate.tasks.perf.bench import BenchReport
+from quantgate.tasks.perf.bench import BenchReport, bench_table
 from quantgate.tasks.perf.plan import RunPlan
 from quantgate.tasks.perf.report import artifact_links
 from quantgate.tasks.perf.stages import bench_task, plan_task
@@ -329,20 +329,29 @@ def _judge(config: PipelineConfig, state: str, baseline: VariantScores, variants
 def _bench(config: PipelineConfig, state: str, model: ModelRef, traffic: PreparedTraffic,
            variants: list[VariantScores]) -> BenchReport | None:
     """Speed and energy of everything that quantized, in one Ray task asking for all its CPUs, so it
-    runs after the evaluations, alone. A failed bench is reported; the gate then ranks on bytes."""
+    runs after the evaluations, alone: on the serving engine, one checkpoint at a time (bench.backend),
+    or on our loaders in one process. A failed bench is reported; the gate then ranks on bytes."""
     if not config.bench.enabled:
         return None
     paths = {"baseline": model.path, **{v.name: v.checkpoint for v in variants if v.checkpoint}}
     conf = config.bench
-    print(f"[6/7] bench: {len(paths)} models, batch sizes {list(conf.batch_sizes)}, one process")
+    how = ("each on the engine in turn, clients" if conf.backend == "engine" else "one process, batch sizes")
+    print(f"[6/7] bench: {len(paths)} models, {how} {list(conf.batch_sizes)}")
     with remote_options(num_cpus=conf.num_cpus, num_gpus=1 if conf.device == "cuda" else 0):
-        future = bench_task.submit(conf=conf, paths=paths, heldout_path=traffic.heldout_path, state_dir=state)
+        future = bench_task.submit(conf=conf, paths=paths, heldout_path=traffic.heldout_path, state_dir=state,
+                                   engine=config.engine)
     pending = {future: ("bench", f"{len(paths)} models")}
     for _ in as_finished(pending, heartbeat=_heartbeat({}, pending)):  # a progress line a minute
         pass
     report, err = outcome(future)
     if err:
         print(f"      bench FAILED: {err}")
+    else:
+        for name, seconds in report.startup_s.items():
+            print(f"      {name}: engine up in {seconds:.0f} s (in no figure)")
+        for name, why in report.not_benched.items():
+            print(f"      {name}: no serving bench: {why}")
+        print(bench_table(report), flush=True)
     return report
 
 

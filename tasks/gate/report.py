@@ -49,7 +49,8 @@ def _perf_cells(perf: dict[str, float]) -> tuple[str, str]:
         return "-", "-"
     batch = int(perf.get("perf.batch", 1))
     ratio = perf.get(f"perf.speedup_vs_baseline.bs{batch}", float("nan"))
-    return f"{ratio:.2f} (bs {batch})", f"{perf.get('energy.j_per_token', float('nan')):.4f}"
+    level = f"{batch} clients" if "perf.requests_per_s" in perf else f"bs {batch}"  # served, or batched
+    return f"{ratio:.2f} ({level})", f"{perf.get('energy.j_per_token', float('nan')):.4f}"
 
 
 def comparison_rows(

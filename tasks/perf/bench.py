@@ -9,6 +9,7 @@ MLflow metric names (DESIGN.md): `perf.decode_tok_s`, `perf.ttft_ms`, `perf.tpot
 from __future__ import annotations
 
 import json
+import math
 import platform
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -19,7 +20,8 @@ from quantgate.conf.schema import BenchConf
 from quantgate.tasks.perf.timing import ModelBench, bench_models, from_json, heldout_prompt_tokens
 
 BASELINE, BASELINE_BF16 = "baseline", "baseline_bf16"
-FIGURES = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "tpot_ms", "j_per_token", "peak_bytes")
+FIGURES = ("decode_tok_s", "prefill_tok_s", "ttft_ms", "tpot_ms", "j_per_token", "peak_bytes", "req_s",
+           "ttft_p95_ms", "tpot_p95_ms", "e2e_p95_ms")
 
 
 @dataclass(frozen=True)
@@ -33,8 +35,17 @@ class BenchReport:
     threads: int
     prompt_tokens: int
     new_tokens: int
-    repeats: int
+    repeats: int  # rounds (reference) or requests per client (engine)
     meter_notes: list[str] = field(default_factory=list)
+    # reference: our loaders in one process, `batch` rows per forward; engine: vLLM's OpenAI server
+    # per checkpoint, `batch` clients in flight (engine_bench.py)
+    backend: str = "reference"
+    not_benched: dict[str, str] = field(default_factory=dict)  # variant -> why it has no figures
+    startup_s: dict[str, float] = field(default_factory=dict)  # engine start-ups, kept out of every figure
+
+    @property
+    def level_word(self) -> str:
+        return "clients" if self.backend == "engine" else "batch"
 
     def ratio(self, name: str, batch: int, *, to: str = BASELINE) -> float:
         """Decode speed of `name` over `to`'s, same run, same batch (>1: faster)."""
@@ -49,13 +60,18 @@ class BenchReport:
         for b, s in m.speeds.items():
             for fig in FIGURES:
                 group = "energy" if fig == "j_per_token" else "mem" if fig == "peak_bytes" else "perf"
-                out[f"{group}.{fig}.bs{b}"] = float(getattr(s, fig))
-            out[f"perf.speedup_vs_baseline.bs{b}"] = self.ratio(name, b)
-            out[f"perf.speedup_vs_bf16.bs{b}"] = self.ratio(name, b, to=BASELINE_BF16)
+                value = getattr(s, fig)
+                if value is not None and math.isfinite(value):  # a figure this backend measures
+                    out[f"{group}.{fig}.bs{b}"] = float(value)
+            for key, to in (("baseline", BASELINE), ("bf16", BASELINE_BF16)):
+                if math.isfinite(ratio := self.ratio(name, b, to=to)):  # no bf16 copy: no ratio to it
+                    out[f"perf.speedup_vs_{key}.bs{b}"] = ratio
         g = m.speeds[self.gate_batch]
         out |= {"perf.decode_tok_s": g.decode_tok_s, "perf.ttft_ms": g.ttft_ms, "perf.tpot_ms": g.tpot_ms,
                 "energy.j_per_token": g.j_per_token, "mem.peak_bytes": float(g.peak_bytes),
                 "mem.resident_bytes": float(m.resident_bytes), "perf.batch": float(self.gate_batch)}
+        if g.req_s is not None:
+            out["perf.requests_per_s"] = g.req_s
         return out
 
 
@@ -142,6 +158,8 @@ def bench_table(report: BenchReport, predicted: dict[str, dict[int, float]] | No
     """Markdown: one row per model and batch; speed ratios to the baseline (fp32 on CPU, bf16 on
     GPU) and to the bf16 baseline; J/token; memory. The path column is the path's first clause (the
     JSON holds it whole)."""
+    if report.backend == "engine":
+        return served_table(report)
     head = ("model", "batch", "path", "decode tok/s", "× baseline", "× bf16", "predicted ×", "TTFT ms",
             "TPOT ms", "prefill tok/s", f"J/token ({report.energy_method})", "peak MB", "weights MB (disk)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -153,4 +171,23 @@ def bench_table(report: BenchReport, predicted: dict[str, dict[int, float]] | No
                 f"{report.ratio(name, b, to=BASELINE_BF16):.2f}", "-" if pred is None else f"{pred:.2f}",
                 f"{s.ttft_ms:.1f}", f"{s.tpot_ms:.1f}", f"{s.prefill_tok_s:.0f}", f"{s.j_per_token:.4f}",
                 f"{s.peak_bytes / 1e6:.0f}", f"{m.disk_bytes / 1e6:.1f}")) + " |")
+    return "\n".join(lines)
+
+
+def served_table(report: BenchReport) -> str:
+    """Markdown for the engine's bench: one row per model and concurrency, vLLM's figures, ratios to
+    the baseline served alike; a row per checkpoint the engine does not serve, with why."""
+    head = ("model", "clients", "req/s", "out tok/s", "× baseline", "TTFT p50/p95 ms", "TPOT p50/p95 ms",
+            "E2E p95 s", f"J/token ({report.energy_method})", "engine RSS MB", "weights MB (disk)",
+            "served by")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, m in report.models.items():
+        for b, s in m.speeds.items():
+            lines.append("| " + " | ".join((
+                name, str(b), f"{s.req_s:.2f}", f"{s.decode_tok_s:.1f}", f"{report.ratio(name, b):.2f}",
+                f"{s.ttft_ms:.0f} / {s.ttft_p95_ms:.0f}", f"{s.tpot_ms:.1f} / {s.tpot_p95_ms:.1f}",
+                f"{s.e2e_p95_ms / 1e3:.2f}", f"{s.j_per_token:.4f}", f"{s.peak_bytes / 1e6:.0f}",
+                f"{m.disk_bytes / 1e6:.1f}", m.path)) + " |")
+    lines += [f"| {name} | - | " + " | ".join(["-"] * (len(head) - 3)) + f" | no serving bench: {why} |"
+              for name, why in report.not_benched.items()]
     return "\n".join(lines)

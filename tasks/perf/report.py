@@ -17,7 +17,7 @@ def predicted_for(model_path: str, hardware: str, bench: BenchReport | None,
                   specs: list[VariantSpec]) -> dict[str, dict[int, float]]:
     """The planner on the machine that ran the bench, with the bits per weight each variant holds in
     memory while it runs (not on disk: QuIP# and INT2 run as 4-bit codes here, FP8 as bf16)."""
-    if bench is None:
+    if bench is None or bench.backend == "engine":  # the roofline models our loaders' precisions
         return {}
     measured = [s for s in specs if s.name in bench.models]
     context = bench.prompt_tokens + bench.new_tokens // 2
@@ -58,10 +58,18 @@ def performance_section(plan: RunPlan, bench: BenchReport | None, hardware: str,
     if bench is None:
         lines.append("Bench: not run (disabled or failed): the gate ranked on its other objectives.")
         return "\n".join(lines) + "\n"
-    lines += [f"Bench on {bench.machine}: {bench.prompt_tokens}-token prompts from held-out traffic, "
-              f"{bench.new_tokens} new tokens, median of {bench.repeats} interleaved rounds. Energy: "
-              f"`{bench.energy_method}` ({bench.energy_detail}). Predicted × is the roofline on "
-              f"`{hardware}` with each variant's measured bits/weight.",
+    if bench.backend == "engine":
+        how = (f"Bench on the serving engine ({bench.machine}): each checkpoint served in turn on "
+               f"{bench.threads} core(s), vLLM's serving benchmark at {list(bench.batch_sizes)} clients, "
+               f"{bench.repeats} held-out prompts per client (mean {bench.prompt_tokens} tokens), "
+               f"{bench.new_tokens} new tokens each; latencies are p50 / p95, J/token over the steady "
+               f"state. Energy: `{bench.energy_method}` ({bench.energy_detail}).")
+    else:
+        how = (f"Bench on {bench.machine}: {bench.prompt_tokens}-token prompts from held-out traffic, "
+               f"{bench.new_tokens} new tokens, median of {bench.repeats} interleaved rounds. Energy: "
+               f"`{bench.energy_method}` ({bench.energy_detail}). Predicted × is the roofline on "
+               f"`{hardware}` with each variant's measured bits/weight.")
+    lines += [how,
               *[f"- meter: {n}" for n in bench.meter_notes], "", bench_table(bench, predicted), "",
               "Pareto plot (quality vs J/token and vs tokens/s): `pareto.png` in the parent run's artifacts.",
               ""]

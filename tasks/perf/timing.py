@@ -36,6 +36,11 @@ class Speed:
     decode_tok_s: float
     j_per_token: float
     peak_bytes: int
+    # Served (engine_bench.py): `batch` is the clients in flight, the latencies above are p50s.
+    req_s: float | None = None
+    ttft_p95_ms: float | None = None
+    tpot_p95_ms: float | None = None
+    e2e_p95_ms: float | None = None
 
 
 @dataclass(frozen=True)

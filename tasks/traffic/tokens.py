@@ -20,8 +20,8 @@ def encode_request(tokenizer: Any, request: Request) -> Encoded:
     The prompt part is rendered with the generation prompt, so the answer's tokens are
     exactly what the model would be asked to produce.
     """
-    prompt = _render(tokenizer, request.messages, add_generation_prompt=True)
-    full = _render(
+    prompt = render_chat(tokenizer, request.messages, add_generation_prompt=True)
+    full = render_chat(
         tokenizer, [*request.messages, {"role": "assistant", "content": request.answer}],
         add_generation_prompt=False,
     )
@@ -33,7 +33,7 @@ def encode_request(tokenizer: Any, request: Request) -> Encoded:
     return Encoded(full_ids, start)
 
 
-def _render(tokenizer: Any, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> str:
+def render_chat(tokenizer: Any, messages: list[dict[str, str]], *, add_generation_prompt: bool) -> str:
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt

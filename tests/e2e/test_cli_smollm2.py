@@ -46,7 +46,8 @@ def run(tmp_path_factory):
         "lmeval": {"tasks": ["qg_facts_mc", "qg_replay"], "limit": 12, "replay_size": 12,
                    "min_slice_items": 4},
         "judge": {"max_pairs": 2},
-        "bench": {"batch_sizes": [1, 4], "prompt_tokens": 16, "new_tokens": 4, "repeats": 1},
+        # On the engine (the default backend): each servable checkpoint served in turn.
+        "bench": {"batch_sizes": [1, 4], "new_tokens": 4, "requests_per_client": 2},
         # 12 items per task cannot resolve a few points: task budgets loose enough that FP8 is not
         # "inconclusive", so the registry (versions, the canary alias and its log) is exercised on
         # the real model; perplexity keeps the default budgets.
@@ -107,6 +108,18 @@ def test_mlflow_has_runs_slice_metrics_and_canary(run):
     # Task evals and the judge ran on the real model; the baseline answers some items right.
     assert base["lmeval.qg_facts_mc.acc"] > 0.25  # above chance for 4 choices
     assert "recovery.lmeval.qg_facts_mc.acc" in fp8 and fp8["judge.pairs"] == 2
+    # Speed and energy from the engine that serves it; none for what it does not serve.
+    served = children["int8_w8a8"].data.metrics
+    assert served["perf.requests_per_s"] > 0 and served["energy.j_per_token"] > 0
+    assert not any(k.startswith(("perf.", "energy.")) for k in fp8)
+
+
+def test_the_bench_ran_on_the_engine(run):
+    _, out, _, _ = run
+    assert "[6/7] bench: 5 models, each on the engine in turn, clients [1, 4]" in out
+    assert re.search(r"baseline: engine up in \d+ s \(in no figure\)", out), out[-3000:]
+    assert re.search(r"fp8_w8a8: no serving bench: .*fallback kernel", out), out[-3000:]
+    assert "| int8_w8a8 | 4 |" in out  # the report's served table, at 4 clients
 
 
 def test_registry_holds_the_passing_versions_and_the_canary(run):
@@ -170,12 +183,14 @@ def test_no_pii_in_any_file_the_run_wrote_nor_in_mlflow(run):
 
 
 def test_bench_cli_measures_the_run_checkpoints_side_by_side(run):
-    """`quantgate bench` finds the run's checkpoints itself; INT4 runs its packed-int4 CPU path."""
+    """`quantgate bench --backend reference` finds the run's checkpoints itself and measures them on our
+    loaders in one process; INT4 runs its packed-int4 CPU path."""
     tmp, _, conf, env = run
     out_json = tmp / "bench.json"
     exe = Path(sys.executable).parent / "quantgate"
-    proc = subprocess.run([str(exe), "bench", "--config", str(conf), "--batch", "1", "--repeats", "1",
-                           "--out", str(out_json)], capture_output=True, text=True, env=env, timeout=900)
+    proc = subprocess.run([str(exe), "bench", "--config", str(conf), "--backend", "reference", "--batch", "1",
+                           "--repeats", "1", "--out", str(out_json)], capture_output=True, text=True, env=env,
+                          timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     data = json.loads(out_json.read_text())
     # every checkpoint the run made, the one the gate rejected at stage ppl too

@@ -41,7 +41,8 @@ def _config(tmp_path, model):
             "lmeval": {"tasks": ["qg_facts_mc", "qg_replay"], "limit": 4, "replay_size": 6,
                        "batch_size": 4, "min_slice_items": 2},
             "judge": {"max_pairs": 3},
-            "bench": {"batch_sizes": [1], "prompt_tokens": 8, "new_tokens": 3, "warmup": 0, "repeats": 1},
+            "bench": {"backend": "reference", "batch_sizes": [1], "prompt_tokens": 8, "new_tokens": 3,
+                      "warmup": 0, "repeats": 1},
             "runtime": {"state_dir": str(tmp_path / "state"), "prefect_port": free_port()}}
     path = tmp_path / "conf.yaml"
     path.write_text(yaml.safe_dump(conf))
