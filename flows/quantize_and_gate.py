@@ -387,7 +387,8 @@ def quantize_and_gate(config: PipelineConfig, traffic_window: str | None = None)
     base_tasks = _tasks(config, "baseline", model.path, model.results_dir(state), traffic)
     base_long = (_long(config, "baseline", model.path, model.results_dir(state))
                  if config.long_context.enabled else None)
-    plan = plan_task(conf=config.plan, model=model, variants=config.variants)
+    plan = plan_task(conf=config.plan, model=model, variants=config.variants,
+                     engine=config.engine if config.eval.backend == "engine" else None)
     print("\n".join("      " + line for line in plan.lines))
 
     print(f"[4/7] quantizing {len(plan.runnable)} variants (Ray); each then perplexity, the perplexity "

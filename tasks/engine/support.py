@@ -6,6 +6,10 @@ without AVX-512, FP8 W8A8 runs on a fallback kernel. A second checkpoint in the 
 same engine build, device, CPU and model shapes, is not given another start-up: the first refusal
 is remembered with the engine's words and the log they came from.
 
+Each refusal is also kept under its variant spec's format (`plan_key`: kernel family, bits, group size,
+symmetry, KV-cache bits, with the same engine, machine and model shapes), so that the next run's
+planner skips a variant in a refused format before quantizing it, with the engine's words.
+
 The answer depends on the machine and the engine, not on a run, so the memory is machine-wide: one
 JSON file under the user's cache (`$XDG_CACHE_HOME/quantgate`, else `~/.cache/quantgate`). Only
 refusals about the format are kept, never a taken port, a lack of memory or a start-up timeout
@@ -66,6 +70,22 @@ def support_key(checkpoint: str, engine_version: str, device: str, dtype: str) -
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def plan_key(spec: Any, model_path: str, engine_version: str, device: str, dtype: str) -> str | None:
+    """The memory's key for a variant spec's format before it is quantized (None: the engine does not
+    load the format at all, or it is dense). Two methods that write one format share it (int4_rtn and
+    int4_gptq at one group size): the engine refuses formats, not methods."""
+    if not type(spec).engine_serves or spec.method == "baseline_bf16":
+        return None
+    fmt = {"kernel": spec.kernel, "bits": getattr(spec, "num_bits", None), "kv_bits": spec.kv_bits,
+           "compute": spec.native_compute, "group_size": getattr(spec, "group_size", None),
+           "symmetric": getattr(spec, "symmetric", None)}
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    isa = sorted(cpu_flags() & set(_ISA)) if device == "cpu" else []
+    text = json.dumps(["plan", engine_version, device, dtype, isa, fmt,
+                       {k: config.get(k) for k in _SHAPE_KEYS}], sort_keys=True)
+    return "plan-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def refused(key: str | None) -> dict[str, str] | None:
     """The remembered refusal for `key` ({"reason", "log", "checkpoint"}), or None."""
     if key is None:
@@ -73,8 +93,9 @@ def refused(key: str | None) -> dict[str, str] | None:
     return _read(support_file()).get(key)
 
 
-def remember(key: str | None, *, reason: str, log: str, checkpoint: str) -> None:
-    """Keep a refusal about the format (the caller has checked it was not transient)."""
+def remember(key: str | None, *, reason: str, log: str, checkpoint: str, spec_key: str | None = None) -> None:
+    """Keep a refusal about the format (the caller has checked it was not transient), under the
+    checkpoint's format and, where known, its variant spec's (`plan_key`)."""
     if key is None:
         return
     path = support_file()
@@ -82,7 +103,8 @@ def remember(key: str | None, *, reason: str, log: str, checkpoint: str) -> None
     with open(path.with_suffix(".lock"), "w") as lock:  # two evaluations learning at once: both kept
         fcntl.flock(lock, fcntl.LOCK_EX)
         known = _read(path)
-        known[key] = {"reason": reason, "log": log, "checkpoint": checkpoint}
+        for k in filter(None, (key, spec_key)):
+            known[k] = {"reason": reason, "log": log, "checkpoint": checkpoint}
         tmp = path.with_suffix(f".{os.getpid()}.partial")
         tmp.write_text(json.dumps(known, indent=1))
         tmp.replace(path)

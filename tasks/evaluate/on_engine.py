@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from quantgate.conf.engine import EngineConf
+from quantgate.conf.methods import VariantSpec
 from quantgate.tasks.engine import support
 from quantgate.tasks.engine.checkpoints import engine_spec, servable
-from quantgate.tasks.engine.environment import find_engine, platform_name, serving_dtype
+from quantgate.tasks.engine.environment import EngineMissing, find_engine, platform_name, serving_dtype
 from quantgate.tasks.engine.kernels import fallback_reason
 from quantgate.tasks.engine.server import EngineServer, EngineSpec, EngineStartError, engine_server
 from quantgate.tasks.evaluate.divergence import save_topk
@@ -133,10 +134,40 @@ def on_engine_or_refusal(run: Callable[[], T], checkpoint: str, engine: EngineCo
 
 
 def learn_refusal(checkpoint: str, engine: EngineConf, exc: EngineStartError) -> None:
-    """Remember a refusal about the format (not a transient one: a taken port, memory, a timeout)."""
+    """Remember a refusal about the format (not a transient one: a taken port, memory, a timeout),
+    under its variant spec's format too where the checkpoint carries its spec (the planner's key)."""
     if not exc.transient:
         support.remember(_support_key(checkpoint, engine), reason=exc.reason, log=str(exc.log),
-                         checkpoint=checkpoint)
+                         checkpoint=checkpoint, spec_key=_spec_key(checkpoint, engine))
+
+
+def _spec_key(checkpoint: str, engine: EngineConf) -> str | None:
+    import json
+
+    from pydantic import TypeAdapter, ValidationError
+
+    try:  # the record quantize_variant leaves beside the checkpoint (tasks/quantize/run.py)
+        data = json.loads((Path(checkpoint) / "quantgate_variant.json").read_text())["spec"]
+        spec = TypeAdapter(VariantSpec).validate_python(data)
+    except (OSError, KeyError, ValueError, ValidationError):  # none, or from an older quantgate
+        return None
+    return support.plan_key(spec, checkpoint, find_engine(engine.python).version, engine.device,
+                            serving_dtype(engine.dtype, engine.device))
+
+
+def known_format_refusal(spec: VariantSpec, model_path: str, engine: EngineConf) -> str:
+    """Why the engine refused this variant's format on this machine before ("" if it has not, or there
+    is no engine to ask): the planner skips it before quantizing."""
+    try:
+        version = find_engine(engine.python).version
+    except EngineMissing:
+        return ""
+    known = support.refused(support.plan_key(spec, model_path, version, engine.device,
+                                             serving_dtype(engine.dtype, engine.device)))
+    if known is None:
+        return ""
+    return (f"{known['reason']} (the engine refused {Path(known['checkpoint']).name}, same format, on this "
+            f"machine; to try again, delete {support.support_file()})")
 
 
 def _layers(checkpoint: str) -> int:

@@ -70,15 +70,21 @@ class RunPlan:
     lines: tuple[str, ...]  # the plan as the run prints and reports it
 
 
-def plan_run(conf: PlanConf, model_path: str, specs: list[VariantSpec], *, gpus: float) -> RunPlan:
+def plan_run(conf: PlanConf, model_path: str, specs: list[VariantSpec], *, gpus: float,
+             refused: dict[str, str] | None = None) -> RunPlan:
     """The planner's skips apply to non-control variants when `plan.skip` is on (controls are measured
-    anyway); a variant asking for more GPUs than the cluster has is not submitted (Ray would queue it
-    forever) and says which key to change."""
+    anyway); `refused`: variant -> why the serving engine refused its format on this machine before
+    (learnt from its start-ups, `engine/support.py`), skipped before it is quantized; a variant asking
+    for more GPUs than the cluster has is not submitted (Ray would queue it forever) and says which
+    key to change."""
     plans = plan_variants(conf, model_path, specs)
+    refused = {n: why for n, why in (refused or {}).items() if why}
     runnable, skipped = [], {}
     for spec in specs:
         plan = plans[spec.name]
-        if plan.skip and conf.skip and not spec.control:
+        if spec.name in refused and conf.skip and not spec.control:
+            skipped[spec.name] = f"skipped by the planner: {refused[spec.name]}"
+        elif plan.skip and conf.skip and not spec.control:
             skipped[spec.name] = f"skipped by the planner: {plan.reason}"
         elif spec.resources.num_gpus > gpus:
             skipped[spec.name] = (f"variants[{spec.name}].resources.num_gpus={spec.resources.num_gpus} "
@@ -86,4 +92,7 @@ def plan_run(conf: PlanConf, model_path: str, specs: list[VariantSpec], *, gpus:
         else:
             runnable.append(spec)
     lines = plan_lines(plans, conf, {s.name for s in specs if s.control})
+    lines += [f"- {name}: " + ("SKIPPED" if name in skipped else "control, measured anyway on the reference "
+                                "path") + f": the serving engine refused its format here before: {why}"
+              for name, why in refused.items()]
     return RunPlan(plans, tuple(runnable), skipped, tuple(lines))
