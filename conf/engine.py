@@ -45,5 +45,9 @@ class EngineConf(Strict):
     enforce_eager: bool = Field(
         default=True, description="skip torch.compile: a CPU engine starts in ~30 s instead of ~100 s")
     start_timeout_s: Annotated[float, Field(gt=0)] = 600
+    probe: bool = Field(
+        default=True, description="before quantizing, ask the engine about each variant's format (a "
+        "one-layer model in that format, started once per format and machine, then remembered): a "
+        "format it refuses here is skipped before its quantization, with the engine's words")
     concurrency: Annotated[int, Field(ge=1)] = Field(
         default=16, description="requests quantgate keeps in flight when it scores through an engine")

@@ -28,6 +28,8 @@ from quantgate.flows.canary_rollout import canary_rollout
 from quantgate.flows.naming import quantize_run_name
 from quantgate.flows.outcomes import as_finished, outcome, value
 from quantgate.tasks.calibrate.stages import calibrate_task, drift_task
+from quantgate.tasks.engine.probe import probe_candidates
+from quantgate.tasks.engine.stages import probe_task, refusals_task
 from quantgate.tasks.evaluate.stages import evaluate_task, lmeval_task, long_context_task, scored_line
 from quantgate.tasks.gate.decide import VariantScores, paired_lmeval
 from quantgate.tasks.gate.stages import gate_task, report_task, screen_task, survivors_task
@@ -211,6 +213,24 @@ def _submit_evals(config: PipelineConfig, name: str, ckpt: str, traffic: Prepare
         submit("long context", name, _long(config, name, ckpt, ckpt), config.long_context.num_cpus)
 
 
+def _ask_the_engine(config: PipelineConfig, plan: RunPlan, model: ModelRef, traffic: PreparedTraffic,
+                    state: str) -> dict[str, str]:
+    """The engine's answer, per variant the plan would quantize, on whether it serves that format here:
+    remembered, or asked with a one-layer model in that format (engine.probe). Variant -> why not."""
+    if config.eval.backend != "engine":
+        return {}
+    if config.engine.probe and (ask := probe_candidates(list(plan.runnable))):
+        print(f"      asking the engine about {len(ask)} formats before quantizing (once per machine)")
+        with remote_options(num_cpus=config.engine.threads):
+            pending = {probe_task.submit(spec=s, model=model, traffic=traffic, engine=config.engine,
+                                         state_dir=state): ("probe", s.name) for s in ask}
+        for future, (_, name) in as_finished(pending, heartbeat=_heartbeat({}, pending)):
+            result, err = outcome(future)
+            print(f"      {result.line(name) if result else f'{name}: the probe failed: {err}'}")
+    return refusals_task(variants=plan.runnable, model=model, traffic=traffic, engine=config.engine,
+                         max_seq_len=config.calibration.max_seq_len, state_dir=state)
+
+
 def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelRef, traffic: PreparedTraffic,
                             state: str, base_ppl: PrefectFuture[Any]) -> list[VariantScores]:
     """One quantization per variant, each then perplexity and its screen (two looks when screen_share
@@ -387,8 +407,9 @@ def quantize_and_gate(config: PipelineConfig, traffic_window: str | None = None)
     base_tasks = _tasks(config, "baseline", model.path, model.results_dir(state), traffic)
     base_long = (_long(config, "baseline", model.path, model.results_dir(state))
                  if config.long_context.enabled else None)
-    plan = plan_task(conf=config.plan, model=model, variants=config.variants,
-                     engine=config.engine if config.eval.backend == "engine" else None)
+    plan = plan_task(conf=config.plan, model=model, variants=config.variants)
+    if refused := _ask_the_engine(config, plan, model, traffic, state):
+        plan = plan_task(conf=config.plan, model=model, variants=config.variants, refused=refused)
     print("\n".join("      " + line for line in plan.lines))
 
     print(f"[4/7] quantizing {len(plan.runnable)} variants (Ray); each then perplexity, the perplexity "

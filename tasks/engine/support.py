@@ -90,7 +90,19 @@ def refused(key: str | None) -> dict[str, str] | None:
     """The remembered refusal for `key` ({"reason", "log", "checkpoint"}), or None."""
     if key is None:
         return None
-    return _read(support_file()).get(key)
+    entry = _read(support_file()).get(key)
+    return entry if entry and "reason" in entry else None
+
+
+def served_before(key: str | None) -> bool:
+    """Whether the engine served this format here before (a probe's start-up, `probe.py`)."""
+    return key is not None and "served" in _read(support_file()).get(key, {})
+
+
+def remember_served(key: str | None, *, checkpoint: str) -> None:
+    """Keep that the engine served this format here (asked once, not at every run)."""
+    if key is not None:
+        _update({key: {"served": checkpoint}})
 
 
 def remember(key: str | None, *, reason: str, log: str, checkpoint: str, spec_key: str | None = None) -> None:
@@ -98,13 +110,16 @@ def remember(key: str | None, *, reason: str, log: str, checkpoint: str, spec_ke
     checkpoint's format and, where known, its variant spec's (`plan_key`)."""
     if key is None:
         return
+    entry = {"reason": reason, "log": log, "checkpoint": checkpoint}
+    _update({k: entry for k in filter(None, (key, spec_key))})
+
+
+def _update(entries: dict[str, dict[str, str]]) -> None:
     path = support_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:  # two evaluations learning at once: both kept
         fcntl.flock(lock, fcntl.LOCK_EX)
-        known = _read(path)
-        for k in filter(None, (key, spec_key)):
-            known[k] = {"reason": reason, "log": log, "checkpoint": checkpoint}
+        known = _read(path) | entries
         tmp = path.with_suffix(f".{os.getpid()}.partial")
         tmp.write_text(json.dumps(known, indent=1))
         tmp.replace(path)

@@ -151,19 +151,23 @@ def _spec_key(checkpoint: str, engine: EngineConf) -> str | None:
         spec = TypeAdapter(VariantSpec).validate_python(data)
     except (OSError, KeyError, ValueError, ValidationError):  # none, or from an older quantgate
         return None
-    return support.plan_key(spec, checkpoint, find_engine(engine.python).version, engine.device,
-                            serving_dtype(engine.dtype, engine.device))
+    return spec_support_key(spec, checkpoint, engine)
+
+
+def spec_support_key(spec: VariantSpec, model_path: str, engine: EngineConf) -> str | None:
+    """The memory's key for `spec`'s format on this engine and machine (None: no engine to ask)."""
+    try:
+        version = find_engine(engine.python).version
+    except EngineMissing:
+        return None
+    dtype = serving_dtype(engine.dtype, engine.device)
+    return support.plan_key(spec, model_path, version, engine.device, dtype)
 
 
 def known_format_refusal(spec: VariantSpec, model_path: str, engine: EngineConf) -> str:
     """Why the engine refused this variant's format on this machine before ("" if it has not, or there
     is no engine to ask): the planner skips it before quantizing."""
-    try:
-        version = find_engine(engine.python).version
-    except EngineMissing:
-        return ""
-    known = support.refused(support.plan_key(spec, model_path, version, engine.device,
-                                             serving_dtype(engine.dtype, engine.device)))
+    known = support.refused(spec_support_key(spec, model_path, engine))
     if known is None:
         return ""
     return (f"{known['reason']} (the engine refused {Path(known['checkpoint']).name}, same format, on this "

@@ -11,7 +11,7 @@ from prefect import task
 from quantgate.conf.engine import EngineConf
 from quantgate.conf.methods import VariantSpec
 from quantgate.conf.schema import BenchConf, PlanConf
-from quantgate.tasks.evaluate.on_engine import known_format_refusal, scorer_key
+from quantgate.tasks.evaluate.on_engine import scorer_key
 from quantgate.tasks.model.source import ModelRef
 from quantgate.tasks.perf import engine_bench, serving_bench
 from quantgate.tasks.perf.bench import BenchReport, bench_code_digest, run_bench
@@ -25,10 +25,8 @@ from quantgate.tasks.runtime.threads import set_threads
 
 @task(name="plan", task_run_name="plan-{conf.target}")
 def plan_task(*, conf: PlanConf, model: ModelRef, variants: tuple[VariantSpec, ...],
-              engine: EngineConf | None = None) -> RunPlan:
-    """`engine`: the serving engine that will score and serve the variants (None: the reference path);
-    a format it refused on this machine before is skipped with its words."""
-    refused = {s.name: known_format_refusal(s, model.path, engine) for s in variants} if engine else {}
+              refused: dict[str, str] | None = None) -> RunPlan:
+    """`refused`: variant -> why the serving engine refuses its format here (`engine/stages.py`)."""
     return plan_run(conf, model.path, list(variants), gpus=cluster_gpus(), refused=refused)
 
 

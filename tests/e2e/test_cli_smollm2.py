@@ -34,9 +34,13 @@ def run(tmp_path_factory):
         # only on a fallback kernel and W4A16/W2A16 only on AVX-512 CPUs: those are scored on the
         # reference path against the baseline scored there, labelled, and never served. The FP8 KV
         # cache is the tiny model's (tests/flows/test_quantize_and_gate.py) and the demo's: ~4 min here.
+        # Before quantizing, the planner asks the engine about each format (a one-layer model in it):
+        # FP8 W8A8 it would serve on a fallback, so `fp8_skip` is skipped; the FP8 control in the same
+        # format is measured anyway, on the reference path, without another start-up.
         "variants": [
             {"name": "int8_w8a8", "method": "int8_w8a8", "num_samples": 8},
-            {"name": "fp8_w8a8", "method": "fp8_w8a8"},
+            {"name": "fp8_w8a8", "method": "fp8_w8a8", "control": True},
+            {"name": "fp8_skip", "method": "fp8_w8a8"},
             {"name": "int4_rtn", "method": "int4_rtn", "group_size": 64, "control": True},
             {"name": "int4_g128", "method": "int4_rtn", "group_size": 128},
             {"name": "int2_rtn", "method": "int2_rtn", "group_size": 64},  # collapses: stops at ppl
@@ -87,7 +91,8 @@ def test_mlflow_has_runs_slice_metrics_and_canary(run):
     exp = client.get_experiment_by_name("smollm2-135m-instruct")
     runs = client.search_runs([exp.experiment_id])
     children = {r.data.tags["variant"]: r for r in runs if "mlflow.parentRunId" in r.data.tags}
-    assert set(children) == {"baseline", "int8_w8a8", "fp8_w8a8", "int4_rtn", "int4_g128", "int2_rtn"}
+    assert set(children) == {"baseline", "int8_w8a8", "fp8_w8a8", "fp8_skip", "int4_rtn", "int4_g128",
+                             "int2_rtn"}
     assert children["int8_w8a8"].data.tags["eval.scored_by"].startswith("vllm")  # what serves it scored it
     assert "fallback kernel" in children["fp8_w8a8"].data.tags["eval.not_served"]
     collapsed = children["int2_rtn"].data
@@ -112,6 +117,17 @@ def test_mlflow_has_runs_slice_metrics_and_canary(run):
     served = children["int8_w8a8"].data.metrics
     assert served["perf.requests_per_s"] > 0 and served["energy.j_per_token"] > 0
     assert not any(k.startswith(("perf.", "energy.")) for k in fp8)
+
+
+def test_the_engine_was_asked_about_each_format_before_quantizing(run):
+    _, out, _, _ = run
+    assert "asking the engine about 3 formats before quantizing" in out  # int8, fp8, int4 g128
+    assert "int8_w8a8: the engine serves its format here" in out
+    assert re.search(r"fp8_skip: the engine refuses its format here: .*fallback kernel", out), out[-3000:]
+    assert "int4_g128: the probe could not tell" in out  # the quantization's own error says why, later
+    assert re.search(r"fp8_skip: SKIPPED: .*fallback kernel", out), out[-3000:]
+    assert re.search(r"fp8_w8a8: control, measured anyway on the reference path", out), out[-3000:]
+    assert re.search(r"fp8_w8a8: not served on vLLM here: .*remembered from", out), out[-3000:]
 
 
 def test_the_bench_ran_on_the_engine(run):

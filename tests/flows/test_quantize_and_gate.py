@@ -38,6 +38,9 @@ def _config(tmp_path, model, *, judge=False, backend="reference"):
     traffic = write_traffic(tmp_path / "traffic.jsonl", mixed_records(120),
                             [b"not json", b'{"id": "x"}'])
     conf = {"model": {"name": model, "served_name": "tiny"},
+            # Which of these formats this CPU's engine serves is asked before quantizing in the e2e run
+            # and tests/tasks/engine/test_probe.py; here the evaluation finds out, whatever the CPU.
+            "engine": {"probe": False},
             "traffic": {"path": str(traffic), "calibration_size": 12, "heldout_size": 36},
             "calibration": {"max_seq_len": 64},
             "eval": {"window": 64, "batch_size": 8, "min_slice_tokens": 50, "backend": backend},

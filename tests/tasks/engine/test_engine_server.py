@@ -226,7 +226,10 @@ def test_a_format_the_engine_refuses_is_scored_on_the_reference_path_paired_ther
     refuses that fallback with the kernel's name, scores the variant on the reference path against
     the baseline scored there (evaluated on demand), and the gate pairs the two; it never wins. A
     second checkpoint in the same format is refused from memory, without another start-up."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # this machine's memory, fresh
+    # This machine's memory of refusals, fresh; vLLM's own cache (its model-class inspection, a
+    # subprocess importing torch and vLLM on a miss) stays the session's.
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(Path.home() / ".cache" / "vllm"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     from pydantic import TypeAdapter
 
     from quantgate.conf.methods import VariantSpec

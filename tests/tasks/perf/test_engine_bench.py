@@ -29,7 +29,10 @@ ENGINE = EngineConf(dtype="float32", max_model_len=512, start_timeout_s=300)
 
 
 def test_the_engine_benches_what_it_serves_and_says_why_not_for_the_rest(tiny_model, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # this machine's memory, fresh
+    # This machine's memory of refusals, fresh; vLLM's own cache (its model-class inspection, a
+    # subprocess importing torch and vLLM on a miss) stays the session's.
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(Path.home() / ".cache" / "vllm"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     reqs = load_traffic(write_traffic(tmp_path / "t.jsonl", mixed_records(12)), max_line_bytes=65536,
                         length_buckets=(200,)).requests
     write_requests(tmp_path / "heldout.jsonl", reqs)
@@ -74,34 +77,3 @@ def test_the_engine_benches_what_it_serves_and_says_why_not_for_the_rest(tiny_mo
     assert (again.not_benched, again.startup_s) == (report.not_benched, report.startup_s)
     assert (out.with_suffix(".details.json")).exists() and Path(out.with_suffix("")).is_dir()
 
-
-def test_the_planner_skips_a_format_the_engine_refused_here_before_quantizing(tiny_model, tmp_path,
-                                                                              monkeypatch):
-    """An evaluation's start-up refused an INT4 g32 checkpoint (W4A16 on an AVX2 build, say): the next
-    run's planner skips INT4 GPTQ at g32 (the same format, another method) before quantizing it, with
-    the engine's words; the INT4 RTN control in that format is measured anyway (reference path);
-    another group size and INT8 W8A8 are not the refused format and run."""
-    from quantgate.conf.schema import PlanConf
-    from quantgate.tasks.model.source import ModelRef
-    from quantgate.tasks.perf.stages import plan_task
-
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    adapter = TypeAdapter(VariantSpec)
-    rtn = adapter.validate_python({"name": "r", "method": "int4_rtn", "group_size": 32})
-    refused = quantize_variant(rtn, model_path=tiny_model, calibration_path=str(calibration_file(tmp_path)),
-                               out_dir=str(tmp_path / "int4"), max_seq_len=64, threads=1).checkpoint
-    learn_refusal(refused, ENGINE, EngineStartError("failed its first token: cpu_gemm_wna16 missing",
-                                                    tmp_path / "e.log"))
-    specs = tuple(adapter.validate_python(v) for v in (
-        {"name": "gptq32", "method": "int4_gptq", "group_size": 32},
-        {"name": "rtn32", "method": "int4_rtn", "group_size": 32, "control": True},
-        {"name": "gptq16", "method": "int4_gptq", "group_size": 16},
-        {"name": "int8", "method": "int8_w8a8"}))
-    model = ModelRef("tiny", tiny_model, "local")
-    plan = plan_task.fn(conf=PlanConf(target="a100-80gb"), model=model, variants=specs, engine=ENGINE)
-    assert [s.name for s in plan.runnable] == ["rtn32", "gptq16", "int8"]
-    why = plan.skipped["gptq32"]
-    assert "cpu_gemm_wna16 missing" in why and "engine-support.json" in why
-    assert any(line.startswith("- rtn32: control, measured anyway") for line in plan.lines)
-    without = plan_task.fn(conf=PlanConf(target="a100-80gb"), model=model, variants=specs, engine=None)
-    assert [s.name for s in without.runnable] == ["gptq32", "rtn32", "gptq16", "int8"]  # reference path

@@ -1,0 +1,124 @@
+"""Ask the serving engine, before quantizing, whether it serves a variant's format on this machine.
+
+vLLM's CPU builds refuse some formats only once a checkpoint is in front of them: W4A16 has no kernel
+in the AVX2 build (it fails at the first forward), an FP8 KV cache is refused at load without AVX-512,
+FP8 W8A8 would run on torch's generic `_scaled_mm`. Found at evaluation, a refusal costs the variant's
+whole quantization (minutes for GPTQ or AWQ on 2 cores) and a scoring on the reference path. So the
+planner asks first: the variant's own method quantizes a one-layer model of the same architecture and
+shapes (random weights: kernels are chosen by format and shape, not values) on a few calibration
+samples, and the engine starts on it as it would on the real checkpoint, first token included. A
+refusal is remembered (`support.py`) under the checkpoint's format and the variant spec's, so the
+planner skips the variant with the engine's words, this run and the next; a format served is
+remembered too and not asked again. A probe that fails for another reason (a taken port, memory, a
+quantization error) decides nothing: the variant runs and the evaluation finds out as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from quantgate.conf.engine import EngineConf
+from quantgate.conf.methods import VariantSpec
+from quantgate.tasks.engine import support
+from quantgate.tasks.engine.checkpoints import engine_spec
+from quantgate.tasks.engine.server import EngineStartError
+
+PROBE_SAMPLES, PROBE_SEQ_LEN = 4, 64
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    status: str  # served | refused | unknown (the probe could not tell; the variant runs)
+    reason: str = ""  # the engine's words (refused), or why the probe could not tell
+    asked: bool = False  # an engine was started for it (not answered from memory)
+
+    def line(self, name: str) -> str:
+        how = "" if self.asked else " (remembered)"
+        if self.status == "served":
+            return f"{name}: the engine serves its format here{how}"
+        if self.status == "refused":
+            return f"{name}: the engine refuses its format here{how}: {self.reason}"
+        return f"{name}: the probe could not tell ({self.reason}); quantized and evaluated as usual"
+
+
+def probe_candidates(specs: list[VariantSpec]) -> list[VariantSpec]:
+    """The variants worth asking about: in a format the engine loads at all (not QuIP#/AQLM, not the
+    dense bf16 copy), not controls (measured anyway), one per format (two methods may share one)."""
+    seen, out = set(), []
+    for s in specs:
+        if s.control or not type(s).engine_serves or s.method == "baseline_bf16":
+            continue
+        fmt = json.dumps([s.kernel, getattr(s, "num_bits", None), s.kv_bits, s.native_compute,
+                          getattr(s, "group_size", None), getattr(s, "symmetric", None)])
+        if fmt not in seen:
+            seen.add(fmt)
+            out.append(s)
+    return out
+
+
+def probe_model(model_path: str, out_dir: Path) -> str:
+    """A one-layer model with `model_path`'s architecture, shapes and tokenizer; random weights."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from quantgate.tasks.model.load import load_tokenizer
+
+    if (out_dir / "DONE").is_file():
+        return str(out_dir)
+    config = AutoConfig.from_pretrained(model_path)
+    config.num_hidden_layers = 1
+    if getattr(config, "layer_types", None):  # per-layer attention kinds (Qwen3, Gemma 3): the first
+        config.layer_types = config.layer_types[:1]
+    torch.manual_seed(0)
+    tmp = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp)
+    load_tokenizer(model_path).save_pretrained(tmp)
+    (tmp / "DONE").touch()
+    shutil.rmtree(out_dir, ignore_errors=True)
+    tmp.rename(out_dir)
+    return str(out_dir)
+
+
+def probe_format(spec: VariantSpec, *, model_path: str, model_digest: str, calibration_path: str,
+                 engine: EngineConf, state_dir: str) -> ProbeResult:
+    """Whether the engine serves `spec`'s format here, from memory or from a probe's start-up."""
+    from quantgate.tasks.evaluate.on_engine import (
+        known_format_refusal,
+        learn_refusal,
+        served_checkpoint,
+        spec_support_key,
+    )
+    from quantgate.tasks.quantize.run import QuantizeError, quantize_variant
+
+    if why := known_format_refusal(spec, model_path, engine):
+        return ProbeResult("refused", why)
+    key = spec_support_key(spec, model_path, engine)
+    if key is None:
+        return ProbeResult("unknown", "no serving engine installed")
+    if support.served_before(key):
+        return ProbeResult("served")
+    root = Path(state_dir) / "probes" / model_digest[:16]
+    small = spec.model_copy(update={"name": f"probe-{spec.name}", "num_samples": PROBE_SAMPLES})
+    digest = hashlib.sha256(small.model_dump_json().encode()).hexdigest()[:12]
+    try:
+        checkpoint = quantize_variant(small, model_path=probe_model(model_path, root / "model"),
+                                      calibration_path=calibration_path, out_dir=str(root / digest),
+                                      max_seq_len=PROBE_SEQ_LEN, threads=1).checkpoint
+    except QuantizeError as exc:  # the real quantization will say it, with the key to change
+        return ProbeResult("unknown", str(exc))
+    try:
+        with served_checkpoint(engine_spec(checkpoint, f"probe-{spec.name}", engine), engine, state_dir,
+                               log_name=f"probe-{spec.name}"):
+            pass
+    except EngineStartError as exc:
+        if exc.transient:  # the machine's trouble, not the format's
+            return ProbeResult("unknown", exc.reason, asked=True)
+        learn_refusal(checkpoint, engine, exc)
+        return ProbeResult("refused", exc.reason, asked=True)
+    support.remember_served(key, checkpoint=checkpoint)
+    return ProbeResult("served", asked=True)
