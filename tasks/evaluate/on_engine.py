@@ -170,8 +170,10 @@ def known_format_refusal(spec: VariantSpec, model_path: str, engine: EngineConf)
     known = support.refused(spec_support_key(spec, model_path, engine))
     if known is None:
         return ""
-    return (f"{known['reason']} (the engine refused {Path(known['checkpoint']).name}, same format, on this "
-            f"machine; to try again, delete {support.support_file()})")
+    source = ("a one-layer probe" if "/probes/" in known["checkpoint"]
+              else Path(known["checkpoint"]).name)
+    return (f"{known['reason']} (learnt from {source} in this format on this machine; to ask again, "
+            f"delete {support.support_file()})")
 
 
 def _layers(checkpoint: str) -> int:

@@ -73,7 +73,8 @@ def run(tmp_path_factory):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     # Logs still queued for Prefect's server when it stops would be reported as failed posts.
     assert "Error logging to API" not in proc.stderr, proc.stderr[-4000:]
-    return tmp, proc.stdout, path, env
+    # What a user reads: the summary (stdout) and the flow's progress lines (Prefect's log, stderr).
+    return tmp, proc.stdout + proc.stderr, path, env
 
 
 def test_table_shows_every_variant_and_the_failure(run):
