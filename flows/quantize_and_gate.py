@@ -213,6 +213,15 @@ def _submit_evals(config: PipelineConfig, name: str, ckpt: str, traffic: Prepare
         submit("long context", name, _long(config, name, ckpt, ckpt), config.long_context.num_cpus)
 
 
+def _plan(config: PipelineConfig, model: ModelRef, traffic: PreparedTraffic, state: str) -> RunPlan:
+    """The roofline plan, then again without the formats the engine refuses here (asked or remembered)."""
+    plan = plan_task(conf=config.plan, model=model, variants=config.variants)
+    if refused := _ask_the_engine(config, plan, model, traffic, state):
+        plan = plan_task(conf=config.plan, model=model, variants=config.variants, refused=refused)
+    print("\n".join("      " + line for line in plan.lines))
+    return plan
+
+
 def _ask_the_engine(config: PipelineConfig, plan: RunPlan, model: ModelRef, traffic: PreparedTraffic,
                     state: str) -> dict[str, str]:
     """The engine's answer, per variant the plan would quantize, on whether it serves that format here:
@@ -407,10 +416,7 @@ def quantize_and_gate(config: PipelineConfig, traffic_window: str | None = None)
     base_tasks = _tasks(config, "baseline", model.path, model.results_dir(state), traffic)
     base_long = (_long(config, "baseline", model.path, model.results_dir(state))
                  if config.long_context.enabled else None)
-    plan = plan_task(conf=config.plan, model=model, variants=config.variants)
-    if refused := _ask_the_engine(config, plan, model, traffic, state):
-        plan = plan_task(conf=config.plan, model=model, variants=config.variants, refused=refused)
-    print("\n".join("      " + line for line in plan.lines))
+    plan = _plan(config, model, traffic, state)
 
     print(f"[4/7] quantizing {len(plan.runnable)} variants (Ray); each then perplexity, the perplexity "
           f"screen{' (a reject skips the later stages)' if config.gate.staged else ''}, task evals")
