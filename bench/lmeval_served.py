@@ -17,8 +17,8 @@ from pathlib import Path
 
 from quantgate.conf.load import load_config
 from quantgate.tasks.engine.checkpoints import engine_spec
+from quantgate.tasks.engine.refusals import scored_by, served_checkpoint
 from quantgate.tasks.evaluate.lmeval import ServedModel, run_lmeval
-from quantgate.tasks.evaluate.on_engine import scored_by, served_checkpoint
 from quantgate.tasks.model.source import resolve_model
 from quantgate.tasks.traffic.prepare import prepare_traffic
 

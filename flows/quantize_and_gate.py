@@ -95,10 +95,12 @@ def _perplexity(config: PipelineConfig, name: str, checkpoint: str, results_dir:
                                     baseline_results_dir=model.results_dir(state) if model else "")
 
 
-def _first_look(config: PipelineConfig, spec: VariantSpec) -> str:
+def _first_look(config: PipelineConfig, spec: VariantSpec, refused: dict[str, str]) -> str:
     """Two looks on the reference path ("first", then "rest"); one ("all") where the engine scores the
-    variant: a second look would start a second engine server (~30 s) for what the rest costs anyway."""
-    engine = config.eval.backend == "engine" and type(spec).engine_serves
+    variant: a second look would start a second engine server (~30 s) for what the rest costs anyway.
+    A variant whose format the engine refused here (`refused`, the plan's) is scored on the reference
+    path: two looks, so a collapsed control is rejected on a quarter of the requests."""
+    engine = config.eval.backend == "engine" and type(spec).engine_serves and spec.name not in refused
     return "first" if config.gate.two_looks and not engine else "all"
 
 
@@ -279,9 +281,9 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             quantized[name] = result
             reused = result.reused or fut.state.name == "Cached"  # Prefect's cache returns the first result
             print(f"      {name}: quantized in {result.seconds:.1f} s{' (reused)' if reused else ''}")
-            perplexity(name, _first_look(config, specs[name]))
+            perplexity(name, _first_look(config, specs[name], plan.refused))
         elif stage in ("screen", "first look"):
-            first = stage == "first look" or _first_look(config, specs[name]) == "all"
+            first = stage == "first look" or _first_look(config, specs[name], plan.refused) == "all"
             _print_screen(name, stage, result, ppl[name], first=first)
             if config.gate.staged and result.status == "reject":
                 progress.rejected.add(name)

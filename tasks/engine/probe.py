@@ -47,10 +47,13 @@ class ProbeResult:
 
 def probe_candidates(specs: list[VariantSpec]) -> list[VariantSpec]:
     """The variants worth asking about: in a format the engine loads at all (not QuIP#/AQLM, not the
-    dense bf16 copy), not controls (measured anyway), one per format (two methods may share one)."""
+    dense bf16 copy), one per format (two methods may share one), asked with a variant that can win
+    where one shares the format. Controls are asked too: they are measured anyway, but a refused one
+    is scored on the reference path in two looks (a collapsed control stops at the first) and starts
+    no engine at its evaluation."""
     seen, out = set(), []
-    for s in specs:
-        if s.control or not type(s).engine_serves or s.method == "baseline_bf16":
+    for s in sorted(specs, key=lambda s: s.control):  # stable: the plan's order within each kind
+        if not type(s).engine_serves or s.method == "baseline_bf16":
             continue
         fmt = json.dumps([s.kernel, getattr(s, "num_bits", None), s.kv_bits, s.native_compute,
                           getattr(s, "group_size", None), getattr(s, "symmetric", None)])
@@ -87,7 +90,7 @@ def probe_model(model_path: str, out_dir: Path) -> str:
 def probe_format(spec: VariantSpec, *, model_path: str, model_digest: str, calibration_path: str,
                  engine: EngineConf, state_dir: str) -> ProbeResult:
     """Whether the engine serves `spec`'s format here, from memory or from a probe's start-up."""
-    from quantgate.tasks.evaluate.on_engine import (
+    from quantgate.tasks.engine.refusals import (
         known_format_refusal,
         learn_refusal,
         served_checkpoint,

@@ -27,7 +27,7 @@ def refusals_task(*, variants: tuple[VariantSpec, ...], model: ModelRef, traffic
                   engine: EngineConf, max_seq_len: int, state_dir: str) -> dict[str, str]:
     """Variant -> why the engine refused its format on this machine (remembered), for the variants not
     quantized already: a rerun keeps what it has (run twice, nothing changes the second time)."""
-    from quantgate.tasks.evaluate.on_engine import known_format_refusal
+    from quantgate.tasks.engine.refusals import known_format_refusal
     from quantgate.tasks.quantize.run import variant_dir
 
     refused = {}

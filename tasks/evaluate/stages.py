@@ -13,14 +13,10 @@ from prefect import task
 from quantgate.conf.engine import EngineConf
 from quantgate.conf.schema import EvalConf, LmEvalConf, LongContextConf
 from quantgate.tasks.engine.checkpoints import servable
+from quantgate.tasks.engine.refusals import on_engine_or_refusal
 from quantgate.tasks.evaluate.lmeval import LmEvalResult, lmeval_dir_name, read_lmeval, run_lmeval
 from quantgate.tasks.evaluate.long_context import LongContextResult, read_long_context, run_long_context
-from quantgate.tasks.evaluate.on_engine import (
-    evaluate_on_engine,
-    lmeval_on_engine,
-    on_engine_or_refusal,
-    scorer_key,
-)
+from quantgate.tasks.evaluate.on_engine import evaluate_on_engine, lmeval_on_engine, scorer_key
 from quantgate.tasks.evaluate.perplexity import EvalResult, eval_file_name, evaluate_checkpoint, read_eval
 from quantgate.tasks.runtime.caching import CACHED
 from quantgate.tasks.runtime.threads import set_threads

@@ -77,7 +77,7 @@ def level_speed(level: LevelResult, rss: int) -> Speed:
 
 def why_not_served(checkpoint: str, engine: EngineConf, *, is_baseline: bool) -> str:
     """Why this checkpoint gets no serving figures ("" when the engine serves it)."""
-    from quantgate.tasks.evaluate.on_engine import known_refusal
+    from quantgate.tasks.engine.refusals import known_refusal
 
     if why := servable(checkpoint):
         return why
@@ -89,7 +89,7 @@ def bench_served(name: str, checkpoint: str, *, conf: BenchConf, engine: EngineC
                  ) -> tuple[ModelBench, dict[str, Any]]:
     """One checkpoint: its engine up (refused on a fallback kernel), the sweep, the engine stopped.
     Returns the report's entry and what else a reader wants: start-up, kernels, meter, prompts."""
-    from quantgate.tasks.evaluate.on_engine import scored_by, served_checkpoint
+    from quantgate.tasks.engine.refusals import scored_by, served_checkpoint
     from quantgate.tasks.model.size import checkpoint_size
     from quantgate.tasks.perf.energy import select_meter
     from quantgate.tasks.perf.serving_bench import serving_meter, serving_sweep
@@ -136,7 +136,7 @@ def bench_all_served(paths: dict[str, str], *, conf: BenchConf, engine: EngineCo
                      state_dir: str, out_dir: Path, watts_per_busy_core: float, base_watts: float
                      ) -> tuple[dict[str, ModelBench], dict[str, str], dict[str, Any]]:
     """Every checkpoint in turn, the baseline first: (benches, not served with why, details)."""
-    from quantgate.tasks.evaluate.on_engine import learn_refusal
+    from quantgate.tasks.engine.refusals import learn_refusal
 
     benches, not_served, details = {}, {}, {}
     for name, checkpoint in paths.items():

@@ -145,8 +145,8 @@ def test_only_refusals_about_the_format_are_remembered(tmp_path, monkeypatch):
 
     from quantgate.conf.engine import EngineConf
     from quantgate.tasks.engine import support
+    from quantgate.tasks.engine.refusals import known_refusal, learn_refusal
     from quantgate.tasks.engine.server import EngineStartError
-    from quantgate.tasks.evaluate.on_engine import known_refusal, learn_refusal
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     ckpt, engine = _checkpoint(tmp_path / "w4", group_size=64), EngineConf()

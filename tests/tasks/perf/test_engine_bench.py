@@ -14,8 +14,8 @@ from pydantic import TypeAdapter
 from quantgate.conf.engine import EngineConf
 from quantgate.conf.methods import VariantSpec
 from quantgate.conf.schema import BenchConf
+from quantgate.tasks.engine.refusals import learn_refusal
 from quantgate.tasks.engine.server import EngineStartError
-from quantgate.tasks.evaluate.on_engine import learn_refusal
 from quantgate.tasks.perf.bench import bench_table, read_report
 from quantgate.tasks.perf.engine_bench import run_engine_bench
 from quantgate.tasks.quantize.run import quantize_variant
