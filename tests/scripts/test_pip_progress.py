@@ -27,6 +27,16 @@ def test_success_shows_only_progress_lines_and_removes_the_log(tmp_path):
 
 
 @pytest.mark.timeout(90)
+def test_a_tag_marks_every_line_of_one_of_two_installs(tmp_path):
+    proc = subprocess.run([str(SCRIPT), "bash", "-c", "echo Collecting vllm; exit 4"], capture_output=True,
+                          text=True, timeout=60, env=os.environ | {"TMPDIR": str(tmp_path),
+                                                                   "PIP_PROGRESS_TAG": "engine"})
+    assert proc.returncode == 4
+    assert proc.stdout.splitlines()[:2] == ["[engine] Collecting vllm", "[engine] pip failed (exit 4); "
+                                            f"the last lines of {next(tmp_path.glob('pip-*.log'))}:"]
+
+
+@pytest.mark.timeout(90)
 def test_failure_keeps_the_status_and_shows_the_log_tail(tmp_path):
     proc = run("echo Collecting x; echo 'ERROR: no matching distribution for x'; exit 3", tmp_path)
     assert proc.returncode == 3
