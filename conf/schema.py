@@ -109,9 +109,9 @@ class LmEvalConf(Strict):
                              "task, group or tag lm-eval ships")
         return v
     backend: Literal["hf", "engine", "vllm"] = Field(
-        default="hf", description="hf: our loader + lm-eval's HF model (CPU/GPU); engine: lm-eval's "
-        "completions model against the serving engine's server of each checkpoint (what serves is "
-        "what is scored; a checkpoint it does not serve runs on hf against the baseline run there); "
+        default="engine", description="engine: lm-eval's completions model against the serving "
+        "engine's server of each checkpoint (what serves is what is scored; a checkpoint it does not "
+        "serve runs on hf against the baseline run there); hf: our loader + lm-eval's HF model (CPU/GPU); "
         "vllm: lm-eval's in-process vLLM model (GPU workers; not exercised on the CPU machine)")
     replay_size: Annotated[int, Field(ge=1)] = 100
     batch_size: Annotated[int, Field(ge=1)] = 16

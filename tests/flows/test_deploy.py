@@ -78,7 +78,9 @@ def deployed(tmp_path_factory, tiny_model):
             # the deployments' mechanics: perplexity on the reference path; the canary is on the engine
             "eval": {"window": 64, "batch_size": 8, "min_slice_tokens": 50, "backend": "reference"},
             "variants": [{"name": "int8_w8a8", "method": "int8_w8a8", "num_samples": 4}],
-            "lmeval": {"tasks": ["qg_facts_mc"], "limit": 4, "batch_size": 4, "min_slice_items": 2},
+            # Task evals on the HF path (else an engine start-up each; the engine's: test_lmeval_engine).
+            "lmeval": {"backend": "hf", "tasks": ["qg_facts_mc"], "limit": 4, "batch_size": 4,
+                       "min_slice_items": 2},
             "judge": {"enabled": False}, "long_context": {"enabled": False}, "bench": {"enabled": False},
             "plan": {"target": "a100-80gb"},
             "gate": {"budgets": {"ppl": {"enable": 1.0, "monitor": 1.0, "investigate": 1.0},

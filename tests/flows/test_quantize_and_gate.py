@@ -47,7 +47,8 @@ def _config(tmp_path, model, *, judge=False, backend="reference"):
             "variants": VARIANTS,
             # A random tiny model scores near chance: its task metrics are noise, so they only
             # have to run and be logged here (thresholds ~0); the judge only reports (advisory).
-            "lmeval": {"tasks": ["qg_facts_mc", "qg_replay"], "limit": 4, "replay_size": 6,
+            # Task evals on the HF path (else an engine start-up each; the engine's: test_lmeval_engine).
+            "lmeval": {"backend": "hf", "tasks": ["qg_facts_mc", "qg_replay"], "limit": 4, "replay_size": 6,
                        "batch_size": 4, "min_slice_items": 2},
             "judge": {"enabled": judge, "max_pairs": 2, "min_agreement": 1.0},
             "long_context": {"enabled": True, "context": 96, "documents": 1, "block": 32, "depths": [0.5]},
@@ -252,7 +253,8 @@ def test_killed_run_resumes_without_redoing_finished_variants(tmp_path, tiny_mod
     slim = yaml.safe_load(conf.read_text())
     slim["variants"] = [v for v in VARIANTS if v["name"] in ("int4_rtn", "int4_gptq", "kv_fp8")]
     slim |= {"long_context": {"enabled": False}, "bench": {"enabled": False},
-             "lmeval": {"tasks": ["qg_facts_mc"], "limit": 4, "batch_size": 4, "min_slice_items": 2}}
+             "lmeval": {"backend": "hf", "tasks": ["qg_facts_mc"], "limit": 4, "batch_size": 4,
+                        "min_slice_items": 2}}
     conf.write_text(yaml.safe_dump(slim))
     proc = _cli("run", "--config", str(conf), start_new_session=True)
     variants = tmp_path / "state" / "variants"

@@ -38,7 +38,8 @@ def _config(tmp_path, model):
             # Scored by the engine: a stop while the variants are evaluated stops their engine servers.
             "variants": [{"name": "int8_w8a8", "method": "int8_w8a8", "num_samples": 4},
                          {"name": "int4_rtn", "method": "int4_rtn", "group_size": 32, "control": True}],
-            "lmeval": {"tasks": ["qg_facts_mc", "qg_replay"], "limit": 4, "replay_size": 6,
+            # Task evals on the HF path (else an engine start-up each; the engine's: test_lmeval_engine).
+            "lmeval": {"backend": "hf", "tasks": ["qg_facts_mc", "qg_replay"], "limit": 4, "replay_size": 6,
                        "batch_size": 4, "min_slice_items": 2},
             "judge": {"max_pairs": 3},
             "bench": {"backend": "reference", "batch_sizes": [1], "prompt_tokens": 8, "new_tokens": 3,
