@@ -196,6 +196,11 @@ def perturbed_copy(model_dir: str, out: Path, scale: float, seed: int = 0) -> Pa
 # p95 ratio of identical models swings to 1.65 on a quiet 2-core machine, and a loaded CI one goes
 # further; injected latency reads 15x, so 2x still fails it at once.
 ROOMY = {"latency_tolerance": 2.0, "tpot_tolerance": 2.0, "energy_tolerance": 2.0}
+# For tests of the gate-to-rollout mechanics whose canary is the tiny model's INT8 W8A8: its speed
+# against the champion is the CPU's business (vLLM's per-token activation quantization dominates a
+# 64-wide model): p95 latency x3.2 against a bf16 champion on an AVX-512 EPYC (Zen 4), within x2 on
+# AVX2 against fp32. A canary that is truly slower is the rollback tests' subject, not these.
+MECHANICS = {"latency_tolerance": 10.0, "tpot_tolerance": 10.0, "energy_tolerance": 10.0}
 
 
 def rollout_state(tmp: Path, baseline: str, variants: dict[str, tuple[str, str]], *,

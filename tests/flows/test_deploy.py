@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from quantgate.tasks.runtime.child_process import free_port
 
-from factories import ROOMY, cli_env, record, write_traffic
+from factories import MECHANICS, cli_env, record, write_traffic
 
 pytestmark = pytest.mark.timeout(1200)
 EXE = Path(sys.executable).parent / "quantgate"
@@ -90,7 +90,7 @@ def deployed(tmp_path_factory, tiny_model):
                         # INT8 W8A8 decodes slower than fp32 on AVX2-only CPUs (oneDNN's per-token
                         # activation quantization): a strict TPOT budget rolls it back, rightly; the
                         # deployments' mechanics are what is tested here.
-                        "pause_timeout_s": 20, "analysis": {"min_error_samples": 8, **ROOMY},
+                        "pause_timeout_s": 20, "analysis": {"min_error_samples": 8, **MECHANICS},
                         "serving": {"port": free_port(), "replica_cpus": 0.25}},
             # The tiny model: another window of the same traffic measured ~0.01 from its calibration,
             # code traffic against support traffic ~0.2 (tests/tasks/calibrate/test_drift.py).

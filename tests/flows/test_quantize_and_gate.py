@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from quantgate.tasks.registry.aliases import CHECKPOINT_TAG, alias_history
 from quantgate.tasks.runtime.child_process import free_port
 
-from factories import ROOMY, cli_env, mixed_records, write_traffic
+from factories import MECHANICS, cli_env, mixed_records, write_traffic
 
 # The serving target is an A100 (plan.target): it has no FP8 tensor cores, so the planner skips a
 # non-control FP8 variant; the FP8 controls are quantized and measured anyway. The first run scores
@@ -232,7 +232,7 @@ def test_run_ends_with_the_winners_rollout_when_auto_is_on(first_run):
     winner = parents[0].data.tags["gate.winner"]  # INT8 W8A8 on AVX2 CPUs (W4A16 is not served there)
     conf = yaml.safe_load(conf_path.read_text())
     conf["rollout"] = {"auto": True, "steps": [50, 100], "window_canary_requests": 4, "replay_max_tokens": 6,
-                       "pause_timeout_s": 20, "analysis": {"min_error_samples": 8, **ROOMY},
+                       "pause_timeout_s": 20, "analysis": {"min_error_samples": 8, **MECHANICS},
                        "serving": {"port": free_port(), "replica_cpus": 0.25}}
     (path := tmp / "auto.yaml").write_text(yaml.safe_dump(conf))
     proc = _cli("run", "--config", str(path))
