@@ -10,6 +10,7 @@ reported on their own and never inside a latency. A server that cannot start rai
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import signal
@@ -151,9 +152,13 @@ def reason_from_log(text: str, port: int) -> str:
     lines = [ln.strip() for ln in text.splitlines()
              if ln.strip() and " WARNING " not in ln and not _GENERIC.search(ln)]
     for pattern, form in _REASONS:
-        for line in reversed(lines):
-            if m := pattern.search(line):
-                return form.format(port=port, line=line[-300:], match=m.group(m.lastindex or 0)[:300])
+        for i in reversed(range(len(lines))):
+            if m := pattern.search(lines[i]):
+                match = m.group(m.lastindex or 0)[:300]
+                if match.endswith(":"):  # "... Reasons:": the lines that follow, to the next header
+                    items = list(itertools.takewhile(lambda ln: not ln.endswith(":"), lines[i + 1:i + 5]))
+                    match = (match + " " + "; ".join(items))[:500]
+                return form.format(port=port, line=lines[i][-300:], match=match)
     return lines[-1][-300:] if lines else "the engine printed nothing"
 
 

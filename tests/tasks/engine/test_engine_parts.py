@@ -84,6 +84,15 @@ def test_the_engines_reason_is_its_most_telling_line():
     log = "Traceback\n  File x\nValueError: Model architectures ['X'] are not supported for now.\nbye\n"
     assert reason_from_log(log, 1) == "Model architectures ['X'] are not supported for now."
     assert reason_from_log("", 1) == "the engine printed nothing"
+    # vLLM's kernel search lists its candidates' reasons on the lines after the error
+    log = ("ValueError: Failed to find a kernel that can implement the WNA16 linear layer. Reasons: \n"
+           " Dynamic4bitLinearKernel cannot implement due to: Unsupported quant type uint2b2\n"
+           " CPUWNA16LinearKernel cannot implement due to: Quant type (uint2b2) not supported by CPUWNA16\n"
+           "Process EngineCore:\n")
+    assert reason_from_log(log, 1) == (
+        "Failed to find a kernel that can implement the WNA16 linear layer. Reasons: Dynamic4bitLinearKernel "
+        "cannot implement due to: Unsupported quant type uint2b2; CPUWNA16LinearKernel cannot implement due "
+        "to: Quant type (uint2b2) not supported by CPUWNA16")
 
 
 def test_warnings_are_not_the_reason():
