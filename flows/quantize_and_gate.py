@@ -1,7 +1,8 @@
 """The main flow, in the order of the pipeline diagram: model and traffic -> calibration and the
-baseline's evaluation -> plan -> variants quantized on Ray, each evaluated as soon as it is done,
-cheapest evidence first (perplexity, its screen, then task evals) -> judge -> bench -> gate ->
-report -> MLflow. A variant the staged gate rejects skips every later stage.
+baseline's evaluation -> plan -> variants quantized on Ray, each scored as soon as it is done,
+cheapest evidence first on one engine server (perplexity looks and their screen, then task evals)
+-> judge -> bench -> gate -> report -> MLflow. A variant the staged gate rejects skips every later
+stage.
 
 Ordering and fan-out only: every stage is a typed task in `quantgate.tasks`; the heavy ones run as
 Ray tasks with resources from conf, and a variant that fails (bad parameter, crash, dead worker)
@@ -32,7 +33,8 @@ from quantgate.tasks.engine.probe import probe_candidates
 from quantgate.tasks.engine.stages import probe_task, refusals_task
 from quantgate.tasks.evaluate.stages import evaluate_task, lmeval_task, long_context_task, scored_line
 from quantgate.tasks.gate.decide import VariantScores, paired_lmeval
-from quantgate.tasks.gate.stages import gate_task, report_task, screen_task, survivors_task
+from quantgate.tasks.gate.staged import StagedScores
+from quantgate.tasks.gate.stages import gate_task, report_task, staged_scores_task, survivors_task
 from quantgate.tasks.gate.times import run_times
 from quantgate.tasks.judge.endpoint import judge_endpoint
 from quantgate.tasks.judge.stages import judge_task
@@ -78,43 +80,38 @@ def _quantize(config: PipelineConfig, spec: VariantSpec, model: ModelRef, traffi
                                     max_seq_len=config.calibration.max_seq_len, state_dir=state)
 
 
-def _perplexity(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
-                traffic: PreparedTraffic, baseline: PrefectFuture[Any] | None = None, look: str = "all",
-                first: PrefectFuture[Any] | None = None, model: ModelRef | None = None) -> PrefectFuture[Any]:
-    """Perplexity per request; a variant's also measures its KL from the baseline's record. `look`:
-    the whole held-out set, or the first look of the two-look screen, or the rest after `first`.
-    Scored by the serving engine (eval.backend), or on the reference path against the baseline
-    scored there (`model`: where that baseline lives) when the engine does not serve the variant."""
+def _perplexity(config: PipelineConfig, checkpoint: str, results_dir: str,
+                traffic: PreparedTraffic) -> PrefectFuture[Any]:
+    """The baseline's perplexity per request and its top-k record, the variants' KL reference;
+    scored by the serving engine (eval.backend)."""
     state = str(config.runtime.state_dir.resolve())
     with remote_options(num_cpus=config.eval.num_cpus):
-        return evaluate_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
-                                    traffic=traffic, conf=config.eval, engine=config.engine,
-                                    state_dir=state, baseline=baseline, look=look,
-                                    first_share=config.gate.screen_share, first=first,
-                                    baseline_checkpoint=model.path if model else "",
-                                    baseline_results_dir=model.results_dir(state) if model else "")
+        return evaluate_task.submit(variant="baseline", checkpoint=checkpoint, results_dir=results_dir,
+                                    traffic=traffic, conf=config.eval, engine=config.engine, state_dir=state)
 
 
-def _first_look(config: PipelineConfig, spec: VariantSpec, refused: dict[str, str]) -> str:
-    """Two looks on the reference path ("first", then "rest"); one ("all") where the engine scores the
-    variant: a second look would start a second engine server (~30 s) for what the rest costs anyway.
-    A variant whose format the engine refused here (`refused`, the plan's) is scored on the reference
-    path: two looks, so a collapsed control is rejected on a quarter of the requests."""
-    engine = config.eval.backend == "engine" and type(spec).engine_serves and spec.name not in refused
-    return "first" if config.gate.two_looks and not engine else "all"
-
-
-def _tasks(config: PipelineConfig, name: str, checkpoint: str, results_dir: str,
-           traffic: PreparedTraffic, model: ModelRef | None = None) -> PrefectFuture[Any]:
-    """The task suite (lmeval.backend); `model`: where the baseline is, for a variant the engine
-    does not serve (run on the HF path against the baseline run there); None for the baseline."""
+def _tasks(config: PipelineConfig, checkpoint: str, results_dir: str, traffic: PreparedTraffic
+           ) -> PrefectFuture[Any]:
+    """The baseline's task suite (lmeval.backend)."""
     state = str(config.runtime.state_dir.resolve())
     with remote_options(num_cpus=config.lmeval.num_cpus):
-        return lmeval_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
+        return lmeval_task.submit(variant="baseline", checkpoint=checkpoint, results_dir=results_dir,
                                   traffic=traffic, conf=config.lmeval, dtype=config.eval.dtype,
-                                  engine=config.engine, state_dir=state, is_baseline=model is None,
-                                  baseline_checkpoint=model.path if model else "",
-                                  baseline_results_dir=model.results_dir(state) if model else "")
+                                  engine=config.engine, state_dir=state)
+
+
+def _score(config: PipelineConfig, name: str, checkpoint: str, traffic: PreparedTraffic,
+           base_ppl: PrefectFuture[Any], model: ModelRef) -> PrefectFuture[Any]:
+    """A variant's perplexity looks, each screened, then its task evals unless a screen rejects it
+    (gate.staged), on one engine server; on the reference path against the baseline scored there
+    (`model`: where that baseline lives) when the engine does not serve the variant."""
+    state = str(config.runtime.state_dir.resolve())
+    with remote_options(num_cpus=config.eval.num_cpus):
+        return staged_scores_task.submit(
+            variant=name, checkpoint=checkpoint, traffic=traffic, eval_conf=config.eval,
+            lmeval_conf=config.lmeval, engine=config.engine, gate=config.gate, state_dir=state,
+            baseline=base_ppl, baseline_checkpoint=model.path, baseline_results_dir=model.results_dir(state),
+            min_slice_tokens=config.eval.min_slice_tokens)
 
 
 def _long(config: PipelineConfig, name: str, checkpoint: str, results_dir: str) -> PrefectFuture[Any]:
@@ -123,28 +120,11 @@ def _long(config: PipelineConfig, name: str, checkpoint: str, results_dir: str) 
                                         conf=config.long_context, dtype=config.eval.dtype)
 
 
-def _screen(config: PipelineConfig, name: str, base_ppl: PrefectFuture[Any],
-            ppl: PrefectFuture[Any]) -> PrefectFuture[Any]:
-    with remote_options(num_cpus=0):  # a bootstrap over a few hundred requests: no core of its own
-        return screen_task.submit(variant=name, baseline=base_ppl, evaluated=ppl, gate=config.gate,
-                                  min_slice_tokens=config.eval.min_slice_tokens)
-
-
-def _heartbeat(budgets: dict[str, float], pending: dict[Any, Any], queued: list[Any] | None = None,
-               ppl: dict[str, PrefectFuture[Any]] | None = None) -> Any:
+def _heartbeat(budgets: dict[str, float], pending: dict[Any, Any], queued: list[Any] | None = None) -> Any:
     """Prints what runs, for how long, against which budget (2-bit methods), and how many wait
-    (`queued`: quantizations held back until a CPU is free). A screen waits on its perplexity
-    (`ppl`), which runs as a task of its own: shown as running while it does."""
+    (`queued`: quantizations held back until a CPU is free)."""
     def beat(running: dict[tuple[str, str], float]) -> None:
         now = time.time()
-        for stage, name in list(pending.values()):
-            if stage in ("first look", "screen") and name in (ppl or {}):
-                try:  # a state from the Prefect API: a progress line is not worth a failed run
-                    state = ppl[name].state  # type: ignore[index]
-                except Exception:  # noqa: BLE001
-                    continue
-                if state.is_running():
-                    running[("perplexity", name)] = state.timestamp.timestamp()
         waiting = f"{len(pending) - len(running) + len(queued or [])} waiting for a CPU"
         if not running:  # the CPUs are busy with work submitted before these (the baseline's evaluations)
             print(f"      … {waiting} (earlier stages hold the CPUs)")
@@ -207,14 +187,6 @@ def _announce(served: str, decision: Any, record: Any, flow_run_id: str) -> None
     print(f"      event {GATE_PASSED} ({event}): {decision.winner}, version {record.canary_version}")
 
 
-def _submit_evals(config: PipelineConfig, name: str, ckpt: str, traffic: PreparedTraffic,
-                  submit: Any, model: ModelRef) -> None:
-    """A screen survivor's task evals, and its long-context probe when that is on."""
-    submit("tasks", name, _tasks(config, name, ckpt, ckpt, traffic, model), config.lmeval.num_cpus)
-    if config.long_context.enabled:
-        submit("long context", name, _long(config, name, ckpt, ckpt), config.long_context.num_cpus)
-
-
 def _plan(config: PipelineConfig, model: ModelRef, traffic: PreparedTraffic, state: str) -> RunPlan:
     """The roofline plan, then again without the formats the engine refuses here (asked or remembered)."""
     plan = plan_task(conf=config.plan, model=model, variants=config.variants)
@@ -244,9 +216,8 @@ def _ask_the_engine(config: PipelineConfig, plan: RunPlan, model: ModelRef, traf
 
 def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelRef, traffic: PreparedTraffic,
                             state: str, base_ppl: PrefectFuture[Any]) -> list[VariantScores]:
-    """One quantization per variant, each then perplexity and its screen (two looks when screen_share
-    < 1: a first-look reject reads no more), then task evals unless rejected (gate.staged)."""
-    specs = {s.name: s for s in plan.runnable}
+    """One quantization per variant, each then scored in stages (`_score`: perplexity looks and their
+    screens, then task evals unless rejected), and its long-context probe when that is on."""
     def submit(stage: str, name: str, future: PrefectFuture[Any], num_cpus: float) -> None:
         pending[future] = (stage, name)
         cpus_of[future] = num_cpus
@@ -256,24 +227,15 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             submit("quantize", spec.name, _quantize(config, spec, model, traffic, state),
                    spec.resources.num_cpus)
 
-    def perplexity(name: str, look: str = "all") -> None:
-        ckpt = quantized[name].checkpoint
-        ppl[name] = _perplexity(config, name, ckpt, ckpt, traffic, base_ppl, look,
-                                ppl.get(name) if look == "rest" else None, model=model)
-        stage = "first look" if look == "first" else "screen"
-        submit(stage, name, _screen(config, name, base_ppl, ppl[name]), config.eval.num_cpus)
-
     pending: dict[PrefectFuture[Any], tuple[str, str]] = {}
-    cpus_of: dict[PrefectFuture[Any], float] = {}  # a screen holds its perplexity's CPU
+    cpus_of: dict[PrefectFuture[Any], float] = {}
     queue, cpus = list(plan.runnable), _local_cpus(config)
     fill()
-    quantized, ppl, tasks, longs, errors = {}, {}, {}, {}, dict(plan.skipped)
+    quantized, staged, longs, errors = {}, {}, {}, dict(plan.skipped)
     progress = _Progress([s.name for s in plan.runnable])
     budgets = {s.name: s.time_budget_s for s in plan.runnable if hasattr(s, "time_budget_s")}
-    for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(budgets, pending, queue, ppl)):
+    for fut, (stage, name) in as_finished(pending, heartbeat=_heartbeat(budgets, pending, queue)):
         result, err = outcome(fut)
-        if err and stage in ("screen", "first look"):  # a failed perplexity fails its screen: the cause
-            stage, err = "perplexity", outcome(ppl[name])[1] or err
         if err:
             errors[name] = f"{stage}: {err}" if stage != "quantize" else err
             print(f"      {name}: {stage} FAILED: {err}")
@@ -281,45 +243,50 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             quantized[name] = result
             reused = result.reused or fut.state.name == "Cached"  # Prefect's cache returns the first result
             print(f"      {name}: quantized in {result.seconds:.1f} s{' (reused)' if reused else ''}")
-            perplexity(name, _first_look(config, specs[name], plan.refused))
-        elif stage in ("screen", "first look"):
-            first = stage == "first look" or _first_look(config, specs[name], plan.refused) == "all"
-            _print_screen(name, stage, result, ppl[name], first=first)
-            if config.gate.staged and result.status == "reject":
+            submit("score", name, _score(config, name, result.checkpoint, traffic, base_ppl, model),
+                   config.eval.num_cpus)
+        elif stage == "score":
+            staged[name] = result
+            _print_stages(name, result, staged=config.gate.staged)
+            if result.lmeval_error:
+                errors[name] = f"tasks: {result.lmeval_error}"
+            if result.rejected:
                 progress.rejected.add(name)
-                print(f"      {name}: rejected at stage ppl, skips the task evals, the judge and the bench")
-            elif stage == "first look":
-                perplexity(name, "rest")
-            else:
-                _submit_evals(config, name, quantized[name].checkpoint, traffic, submit, model)
-        elif stage == "long context":
+            elif config.long_context.enabled:
+                ckpt = quantized[name].checkpoint
+                submit("long context", name, _long(config, name, ckpt, ckpt), config.long_context.num_cpus)
+        else:
             longs[name] = result
             print(f"      {name}: long context ({result.context} tokens) PPL {result.perplexity.ppl:.3f}, "
                   f"passkeys {result.passkey_accuracy:.0%} in {result.seconds:.0f} s")
-        else:
-            tasks[name] = result
-            print(f"      {name}: task evals done in {result.seconds:.0f} s")
-        progress.update(set(errors) | set(tasks))
+        progress.update(set(errors) | set(staged))
         fill()
-    return _scores(config, quantized, ppl, tasks, longs, errors)
+    return _scores(config, quantized, staged, longs, errors)
 
 
-def _print_screen(name: str, stage: str, verdict: Any, evaluated: PrefectFuture[Any], *, first: bool) -> None:
-    """A screen's verdict; before the first, what scored the variant (the engine, or why not)."""
-    if first:
-        print("      " + scored_line(name, outcome(evaluated)[0]))
-    print(f"      {name}: perplexity {stage}: {verdict.status} ({verdict.decided_by}): " + verdict.reasons[0])
+def _print_stages(name: str, scores: StagedScores, *, staged: bool) -> None:
+    """What scored the variant (the engine, or why not), each look's screen, and what came of it."""
+    print("      " + scored_line(name, scores.eval))
+    for look in scores.looks:
+        v = look.verdict
+        print(f"      {name}: perplexity {look.stage}: {v.status} ({v.decided_by}): " + v.reasons[0])
+    if scores.rejected and staged:
+        print(f"      {name}: rejected at stage ppl, skips the task evals, the judge and the bench")
+    elif scores.lmeval_error:
+        print(f"      {name}: tasks FAILED: {scores.lmeval_error}")
+    elif scores.lmeval is not None:
+        print(f"      {name}: task evals done in {scores.lmeval.seconds:.0f} s")
 
 
-def _scores(config: PipelineConfig, quantized: dict[str, Any], ppl: dict[str, PrefectFuture[Any]],
-            tasks: dict[str, Any], longs: dict[str, Any], errors: dict[str, str]) -> list[VariantScores]:
+def _scores(config: PipelineConfig, quantized: dict[str, Any], staged: dict[str, StagedScores],
+            longs: dict[str, Any], errors: dict[str, str]) -> list[VariantScores]:
     """Each variant's evidence as far as it got (a screened-out one: its perplexity alone)."""
     scores = []
     for spec in config.variants:
-        q, err = quantized.get(spec.name), errors.get(spec.name, "")
-        evaluated = outcome(ppl[spec.name])[0] if spec.name in ppl else None
+        q, err, got = quantized.get(spec.name), errors.get(spec.name, ""), staged.get(spec.name)
+        evaluated = got.eval if got else None
         scores.append(VariantScores(spec.name, spec.method, spec.control, evaluated, error=err,
-                                    lmeval=tasks.get(spec.name), long=longs.get(spec.name),
+                                    lmeval=got.lmeval if got else None, long=longs.get(spec.name),
                                     quantize_seconds=q.seconds if q else float("nan"),
                                     quantize_cpu_seconds=q.cpu_seconds if q else float("nan"),
                                     checkpoint=q.checkpoint if q and evaluated else None))
@@ -414,8 +381,8 @@ def quantize_and_gate(config: PipelineConfig, traffic_window: str | None = None)
     with remote_options(num_cpus=config.eval.num_cpus):
         calibration = calibrate_task.submit(model=model, traffic=traffic, conf=config.calibration,
                                             num_cpus=config.eval.num_cpus, state_dir=state)
-    base_ppl = _perplexity(config, "baseline", model.path, model.results_dir(state), traffic)
-    base_tasks = _tasks(config, "baseline", model.path, model.results_dir(state), traffic)
+    base_ppl = _perplexity(config, model.path, model.results_dir(state), traffic)
+    base_tasks = _tasks(config, model.path, model.results_dir(state), traffic)
     base_long = (_long(config, "baseline", model.path, model.results_dir(state))
                  if config.long_context.enabled else None)
     plan = _plan(config, model, traffic, state)

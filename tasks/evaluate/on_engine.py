@@ -2,7 +2,8 @@
 
 The engine's counterpart of `perplexity.evaluate_checkpoint`: the same requests, windows, looks and
 result file, computed from an engine server's prompt logprobs (`served.py`). The server starts for
-this evaluation on its own cores and stops after it; its start-up is reported apart from the scoring
+this evaluation on its own cores and stops after it, or is the `session`'s (`engine/session.py`: one
+server across a variant's looks and task evals); a start-up is reported apart from the scoring
 time. A checkpoint no production engine serves is refused here with the reason
 (`engine.checkpoints.servable`), and the caller scores it on the reference path, labelled so.
 """
@@ -15,7 +16,8 @@ from pathlib import Path
 from quantgate.conf.engine import EngineConf
 from quantgate.tasks.engine.checkpoints import engine_spec, servable
 from quantgate.tasks.engine.environment import find_engine, serving_dtype
-from quantgate.tasks.engine.refusals import scored_by, served_checkpoint
+from quantgate.tasks.engine.refusals import scored_by
+from quantgate.tasks.engine.session import EngineSession, session_server
 from quantgate.tasks.evaluate.divergence import save_topk
 from quantgate.tasks.evaluate.lmeval import LmEvalResult, ServedModel, run_lmeval
 from quantgate.tasks.evaluate.perplexity import EvalResult, RequestNll, finish_result, look_requests
@@ -29,7 +31,7 @@ from quantgate.tasks.traffic.tokens import encode_request
 def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, engine: EngineConf,
                        state_dir: str, window: int, name: str = "model", reference: str | None = None,
                        record_reference: bool = False, look: str = "all", first_share: float = 1.0,
-                       first: EvalResult | None = None) -> EvalResult:
+                       first: EvalResult | None = None, session: EngineSession | None = None) -> EvalResult:
     """Perplexity per request and slice through a server of `checkpoint`; `record_reference` (the
     baseline) keeps its top-k record, `reference` (a variant) is the baseline's, for KL."""
     if (look == "rest") != (first is not None):
@@ -45,11 +47,10 @@ def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, eng
     if window > spec.max_model_len:
         raise ValueError(f"eval.window={window} exceeds the engine's context {spec.max_model_len} "
                          f"(engine.max_model_len, capped at the model's)")
-    with served_checkpoint(spec, engine, state_dir, log_name=f"eval-{name}") as server:
+    with session_server(session, spec, engine, state_dir, log_name=f"eval-{name}") as (server, startup_s):
         scores = score_served(server.base_url, name, items, requests=len(requests), positions=positions,
                               k=engine.max_logprobs, concurrency=engine.concurrency, only=set(picked),
                               reference=load_record(reference) if reference else None)
-        startup_s = server.startup_s
     per_request = tuple(RequestNll(requests[i].id, *scores.per_request[i],
                                    tuple(slice_names(requests[i].slices)), scores.kl[i]) for i in picked)
     reference_path = None
@@ -64,11 +65,12 @@ def evaluate_on_engine(checkpoint: str, heldout_path: str, out_path: str, *, eng
 
 
 def lmeval_on_engine(checkpoint: str, out_dir: str, *, name: str, engine: EngineConf, state_dir: str,
-                     tasks: list[str], replay_path: str, replay_size: int, limit: int | None) -> LmEvalResult:
+                     tasks: list[str], replay_path: str, replay_size: int, limit: int | None,
+                     session: EngineSession | None = None) -> LmEvalResult:
     """The lm-eval suite through a server of `checkpoint` (lm-eval's completions model, requests as
     token ids with the chat template applied on our side: `lmeval._engine_model`)."""
     spec = engine_spec(checkpoint, name, engine)
-    with served_checkpoint(spec, engine, state_dir, log_name=f"lmeval-{name}") as server:
+    with session_server(session, spec, engine, state_dir, log_name=f"lmeval-{name}") as (server, _):
         served = ServedModel(server.base_url, name, spec.max_model_len, engine.concurrency,
                              scored_by(engine, spec))
         return run_lmeval(checkpoint, out_dir, tasks=tasks, replay_path=replay_path, replay_size=replay_size,

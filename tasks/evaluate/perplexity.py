@@ -219,6 +219,8 @@ def finish_result(requests: Sequence[Any], per_request: tuple[RequestNll, ...], 
         by_id = {r.id: r for r in (*first.requests, *per_request)}
         per_request = tuple(by_id[r.id] for r in requests)
         seconds, cpu_seconds = seconds + first.seconds, cpu_seconds + first.cpu_seconds
+        if first.engine_startup_s is not None:  # one server for both looks: its one start-up
+            engine_startup_s = (engine_startup_s or 0.0) + first.engine_startup_s
     overall, slices = aggregate_requests(per_request)
     result = EvalResult(overall.ppl, overall.tokens, slices, kv_cache_quantized_layers, seconds, per_request,
                         cpu_seconds, reference_path, "both" if first is not None else look, scored_by,

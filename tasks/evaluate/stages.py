@@ -14,6 +14,7 @@ from quantgate.conf.engine import EngineConf
 from quantgate.conf.schema import EvalConf, LmEvalConf, LongContextConf
 from quantgate.tasks.engine.checkpoints import servable
 from quantgate.tasks.engine.refusals import on_engine_or_refusal
+from quantgate.tasks.engine.session import EngineSession
 from quantgate.tasks.evaluate.lmeval import LmEvalResult, lmeval_dir_name, read_lmeval, run_lmeval
 from quantgate.tasks.evaluate.long_context import LongContextResult, read_long_context, run_long_context
 from quantgate.tasks.evaluate.on_engine import evaluate_on_engine, lmeval_on_engine, scorer_key
@@ -28,12 +29,26 @@ def evaluate_task(*, variant: str, checkpoint: str, results_dir: str, traffic: P
                   conf: EvalConf, engine: EngineConf, state_dir: str, baseline: EvalResult | None = None,
                   look: str = "all", first_share: float = 1.0, first: EvalResult | None = None,
                   baseline_checkpoint: str = "", baseline_results_dir: str = "") -> EvalResult:
+    """`evaluate_model` as a task of its own (the baseline's perplexity; a variant's runs in
+    `gate.staged.score_in_stages`, its looks and task evals on one engine server)."""
+    return evaluate_model(variant=variant, checkpoint=checkpoint, results_dir=results_dir, traffic=traffic,
+                          conf=conf, engine=engine, state_dir=state_dir, baseline=baseline, look=look,
+                          first_share=first_share, first=first, baseline_checkpoint=baseline_checkpoint,
+                          baseline_results_dir=baseline_results_dir)
+
+
+def evaluate_model(*, variant: str, checkpoint: str, results_dir: str, traffic: PreparedTraffic,
+                   conf: EvalConf, engine: EngineConf, state_dir: str, baseline: EvalResult | None = None,
+                   look: str = "all", first_share: float = 1.0, first: EvalResult | None = None,
+                   baseline_checkpoint: str = "", baseline_results_dir: str = "",
+                   session: EngineSession | None = None) -> EvalResult:
     """The baseline (`baseline` None) records its top-k next-token record; a variant measures its
     KL from that record. `look`: all requests, or the first look of a two-look screen, or the rest
     (merged with `first`). With eval.backend engine, scored by the serving engine; a checkpoint the
     engine does not serve (no production engine for its format, or the engine refuses it on this
     machine) is scored on the reference path against the baseline scored there (`baseline_*`:
-    where that baseline is, evaluated here if it is not yet), labelled with the reason."""
+    where that baseline is, evaluated here if it is not yet), labelled with the reason. `session`:
+    the engine server to score on, kept up for the caller's next evaluation (else one for this)."""
     not_served = servable(checkpoint) if conf.backend == "engine" else ""
     if conf.backend == "engine" and not not_served:
         out = Path(results_dir) / eval_file_name(traffic.heldout_path, conf, look, first_share,
@@ -43,7 +58,8 @@ def evaluate_task(*, variant: str, checkpoint: str, results_dir: str, traffic: P
         result, refusal = on_engine_or_refusal(lambda: evaluate_on_engine(
             checkpoint, traffic.heldout_path, str(out), engine=engine, state_dir=state_dir,
             window=conf.window, name=variant, reference=baseline.reference_path if baseline else None,
-            record_reference=baseline is None, look=look, first_share=first_share, first=first),
+            record_reference=baseline is None, look=look, first_share=first_share, first=first,
+            session=session),
             checkpoint, engine, is_baseline=baseline is None)
         if result is not None:
             return result
@@ -102,6 +118,16 @@ def lmeval_task(*, variant: str, checkpoint: str, results_dir: str, traffic: Pre
                 conf: LmEvalConf, dtype: str, engine: EngineConf | None = None, state_dir: str = "",
                 is_baseline: bool = True, baseline_checkpoint: str = "",
                 baseline_results_dir: str = "") -> LmEvalResult:
+    """`task_evals` as a task of its own (the baseline's)."""
+    return task_evals(variant=variant, checkpoint=checkpoint, results_dir=results_dir, traffic=traffic,
+                      conf=conf, dtype=dtype, engine=engine, state_dir=state_dir, is_baseline=is_baseline,
+                      baseline_checkpoint=baseline_checkpoint, baseline_results_dir=baseline_results_dir)
+
+
+def task_evals(*, variant: str, checkpoint: str, results_dir: str, traffic: PreparedTraffic,
+               conf: LmEvalConf, dtype: str, engine: EngineConf | None = None, state_dir: str = "",
+               is_baseline: bool = True, baseline_checkpoint: str = "", baseline_results_dir: str = "",
+               session: EngineSession | None = None) -> LmEvalResult:
     """The task suite on one model. lmeval.backend `engine`: through the serving engine's server of
     this checkpoint; a checkpoint the engine does not serve runs on the HF path against the baseline
     run there (`baseline_*`: where that baseline is, run here if it is not yet), labelled."""
@@ -114,7 +140,8 @@ def lmeval_task(*, variant: str, checkpoint: str, results_dir: str, traffic: Pre
             return read_lmeval(str(out / "lmeval.json"))
         result, refusal = on_engine_or_refusal(lambda: lmeval_on_engine(
             checkpoint, str(out), name=variant, engine=engine, state_dir=state_dir, tasks=list(conf.tasks),
-            replay_path=traffic.heldout_path, replay_size=conf.replay_size, limit=conf.limit),
+            replay_path=traffic.heldout_path, replay_size=conf.replay_size, limit=conf.limit,
+            session=session),
             checkpoint, engine, is_baseline=is_baseline)
         if result is not None:
             return result

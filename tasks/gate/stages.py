@@ -10,17 +10,22 @@ from pathlib import Path
 
 from prefect import task
 
+from quantgate.conf.engine import EngineConf
 from quantgate.conf.methods import VariantSpec
-from quantgate.conf.schema import GateConf, JudgeConf
+from quantgate.conf.schema import EvalConf, GateConf, JudgeConf, LmEvalConf
 from quantgate.tasks.evaluate.perplexity import EvalResult
-from quantgate.tasks.gate.decide import GateDecision, VariantScores, Verdict, decide, gate_variant, screen
+from quantgate.tasks.gate.decide import GateDecision, VariantScores, decide, gate_variant
 from quantgate.tasks.gate.report import HEADER, comparison_rows, gate_report, markdown_table
+from quantgate.tasks.gate.staged import StagedScores, score_in_stages
 from quantgate.tasks.judge.reliability import JudgeVote, judge_vote
 from quantgate.tasks.model.size import checkpoint_size
 from quantgate.tasks.perf.bench import BenchReport
 from quantgate.tasks.perf.pareto import ParetoPoint, quality_of
 from quantgate.tasks.perf.plan import RunPlan
 from quantgate.tasks.perf.report import performance_files, performance_section, predicted_for
+from quantgate.tasks.runtime.caching import CACHED
+from quantgate.tasks.runtime.threads import set_threads
+from quantgate.tasks.traffic.prepare import PreparedTraffic
 
 
 @dataclass(frozen=True)
@@ -50,12 +55,17 @@ def gate_task(*, baseline: VariantScores, variants: list[VariantScores], bench: 
     return GateOutcome(base, scores, decision, vote)
 
 
-@task(name="screen", task_run_name="screen-{variant}")
-def screen_task(*, variant: str, baseline: EvalResult, evaluated: EvalResult, gate: GateConf,
-                min_slice_tokens: int) -> Verdict:
-    """The perplexity stage's verdict on one variant (the flow skips its later stages on a reject)."""
-    return screen(VariantScores("baseline", "baseline", True, baseline),
-                  VariantScores(variant, "", False, evaluated), gate, min_slice_tokens=min_slice_tokens)
+@task(name="score", task_run_name="score-{variant}", **CACHED)
+def staged_scores_task(*, variant: str, checkpoint: str, traffic: PreparedTraffic, eval_conf: EvalConf,
+                       lmeval_conf: LmEvalConf, engine: EngineConf, gate: GateConf, state_dir: str,
+                       baseline: EvalResult, baseline_checkpoint: str, baseline_results_dir: str,
+                       min_slice_tokens: int) -> StagedScores:
+    """A variant's perplexity looks, their screens and its task evals, on one engine server (staged.py)."""
+    set_threads(eval_conf.num_cpus)
+    return score_in_stages(variant=variant, checkpoint=checkpoint, traffic=traffic, eval_conf=eval_conf,
+                           lmeval_conf=lmeval_conf, engine=engine, gate=gate, state_dir=state_dir,
+                           baseline=baseline, baseline_checkpoint=baseline_checkpoint,
+                           baseline_results_dir=baseline_results_dir, min_slice_tokens=min_slice_tokens)
 
 
 @task(name="survivors")

@@ -9,7 +9,7 @@ measured bits per weight and the bench's batch sizes, so predicted sits next to 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from quantgate.conf.hardware import HardwareProfile, hardware_profile
@@ -68,7 +68,6 @@ class RunPlan:
     runnable: tuple[VariantSpec, ...]
     skipped: dict[str, str]  # variant -> why it is not quantized (the planner, missing GPUs)
     lines: tuple[str, ...]  # the plan as the run prints and reports it
-    refused: dict[str, str] = field(default_factory=dict)  # the engine refused its format here
 
 
 def plan_run(conf: PlanConf, model_path: str, specs: list[VariantSpec], *, gpus: float,
@@ -96,4 +95,4 @@ def plan_run(conf: PlanConf, model_path: str, specs: list[VariantSpec], *, gpus:
     lines += [f"- {name}: " + ("SKIPPED" if name in skipped else "control, measured anyway on the reference "
                                 "path") + f": the serving engine refused its format here before: {why}"
               for name, why in refused.items()]
-    return RunPlan(plans, tuple(runnable), skipped, tuple(lines), refused)
+    return RunPlan(plans, tuple(runnable), skipped, tuple(lines))
