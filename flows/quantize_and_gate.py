@@ -31,7 +31,13 @@ from quantgate.flows.outcomes import as_finished, outcome, value
 from quantgate.tasks.calibrate.stages import calibrate_task, drift_task
 from quantgate.tasks.engine.probe import probe_candidates
 from quantgate.tasks.engine.stages import probe_task, refusals_task
-from quantgate.tasks.evaluate.stages import evaluate_task, lmeval_task, long_context_task, scored_line
+from quantgate.tasks.evaluate.stages import (
+    evaluate_task,
+    lmeval_task,
+    long_context_task,
+    reference_baseline_task,
+    scored_line,
+)
 from quantgate.tasks.gate.decide import VariantScores, paired_lmeval
 from quantgate.tasks.gate.staged import StagedScores
 from quantgate.tasks.gate.stages import gate_task, report_task, staged_scores_task, survivors_task
@@ -101,13 +107,13 @@ def _tasks(config: PipelineConfig, checkpoint: str, results_dir: str, traffic: P
 
 
 def _score(config: PipelineConfig, name: str, checkpoint: str, traffic: PreparedTraffic,
-           base_ppl: PrefectFuture[Any], model: ModelRef) -> PrefectFuture[Any]:
+           base_ppl: PrefectFuture[Any], model: ModelRef, after: list[Any]) -> PrefectFuture[Any]:
     """A variant's perplexity looks, each screened, then its task evals unless a screen rejects it
     (gate.staged), on one engine server; on the reference path against the baseline scored there
-    (`model`: where that baseline lives) when the engine does not serve the variant."""
+    (`model`: where that baseline lives; `after`: its evaluation) when the engine does not serve it."""
     state = str(config.runtime.state_dir.resolve())
     with remote_options(num_cpus=config.eval.num_cpus):
-        return staged_scores_task.submit(
+        return staged_scores_task.submit(wait_for=after,
             variant=name, checkpoint=checkpoint, traffic=traffic, eval_conf=config.eval,
             lmeval_conf=config.lmeval, engine=config.engine, gate=config.gate, state_dir=state,
             baseline=base_ppl, baseline_checkpoint=model.path, baseline_results_dir=model.results_dir(state),
@@ -118,6 +124,14 @@ def _long(config: PipelineConfig, name: str, checkpoint: str, results_dir: str) 
     with remote_options(num_cpus=config.long_context.num_cpus):
         return long_context_task.submit(variant=name, checkpoint=checkpoint, results_dir=results_dir,
                                         conf=config.long_context, dtype=config.eval.dtype)
+
+
+def _reference_baseline(config: PipelineConfig, model: ModelRef, traffic: PreparedTraffic,
+                        state: str) -> PrefectFuture[Any]:
+    """The baseline scored on the reference path, the pair of the variants the engine does not serve."""
+    with remote_options(num_cpus=config.eval.num_cpus):
+        return reference_baseline_task.submit(checkpoint=model.path, results_dir=model.results_dir(state),
+                                              traffic=traffic, conf=config.eval)
 
 
 def _heartbeat(budgets: dict[str, float], pending: dict[Any, Any], queued: list[Any] | None = None) -> Any:
@@ -231,6 +245,10 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
     cpus_of: dict[PrefectFuture[Any], float] = {}
     queue, cpus = list(plan.runnable), _local_cpus(config)
     fill()
+    on_reference = plan.on_reference_path(config.eval.backend)
+    reference = [_reference_baseline(config, model, traffic, state)] if on_reference else []
+    for future in reference:  # once, as soon as a CPU is free, before the variants scored there
+        submit("reference baseline", "baseline", future, config.eval.num_cpus)
     quantized, staged, longs, errors = {}, {}, {}, dict(plan.skipped)
     progress = _Progress([s.name for s in plan.runnable])
     budgets = {s.name: s.time_budget_s for s in plan.runnable if hasattr(s, "time_budget_s")}
@@ -243,8 +261,12 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             quantized[name] = result
             reused = result.reused or fut.state.name == "Cached"  # Prefect's cache returns the first result
             print(f"      {name}: quantized in {result.seconds:.1f} s{' (reused)' if reused else ''}")
-            submit("score", name, _score(config, name, result.checkpoint, traffic, base_ppl, model),
+            after = reference if name in on_reference else []
+            submit("score", name, _score(config, name, result.checkpoint, traffic, base_ppl, model, after),
                    config.eval.num_cpus)
+        elif stage == "reference baseline":
+            print(f"      baseline on the reference path (for {', '.join(on_reference)}): PPL "
+                  f"{result.ppl:.3f} in {result.seconds:.0f} s")
         elif stage == "score":
             staged[name] = result
             _print_stages(name, result, staged=config.gate.staged)

@@ -96,6 +96,14 @@ def _paired(baseline: EvalResult | None, not_served: str) -> str:
     return baseline.result_path if baseline is not None and not_served else ""
 
 
+@task(name="reference-baseline", **CACHED)
+def reference_baseline_task(*, checkpoint: str, results_dir: str, traffic: PreparedTraffic,
+                            conf: EvalConf) -> EvalResult:
+    """The baseline on the reference path, once, before the variants that are scored there need it
+    (each would evaluate it on demand, two at once in parallel: seen, two cores on the same work)."""
+    return reference_baseline(checkpoint, results_dir, traffic, conf)
+
+
 def reference_baseline(checkpoint: str, results_dir: str, traffic: PreparedTraffic, conf: EvalConf
                        ) -> EvalResult:
     """The baseline scored on the reference path, with its top-k record: read where an earlier

@@ -9,7 +9,7 @@ measured bits per weight and the bench's batch sizes, so predicted sits next to 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantgate.conf.hardware import HardwareProfile, hardware_profile
@@ -68,6 +68,15 @@ class RunPlan:
     runnable: tuple[VariantSpec, ...]
     skipped: dict[str, str]  # variant -> why it is not quantized (the planner, missing GPUs)
     lines: tuple[str, ...]  # the plan as the run prints and reports it
+    refused: dict[str, str] = field(default_factory=dict)  # the engine refused its format here
+
+    def on_reference_path(self, backend: str) -> list[str]:
+        """The runnable variants scored on the reference path against a baseline scored there, where
+        the baseline itself is scored by the engine: in a format no production engine serves, or one
+        the engine refused here."""
+        if backend != "engine":  # everything is, the baseline's own evaluation included
+            return []
+        return [s.name for s in self.runnable if not type(s).engine_serves or s.name in self.refused]
 
 
 def plan_run(conf: PlanConf, model_path: str, specs: list[VariantSpec], *, gpus: float,
@@ -95,4 +104,4 @@ def plan_run(conf: PlanConf, model_path: str, specs: list[VariantSpec], *, gpus:
     lines += [f"- {name}: " + ("SKIPPED" if name in skipped else "control, measured anyway on the reference "
                                 "path") + f": the serving engine refused its format here before: {why}"
               for name, why in refused.items()]
-    return RunPlan(plans, tuple(runnable), skipped, tuple(lines))
+    return RunPlan(plans, tuple(runnable), skipped, tuple(lines), refused)

@@ -130,6 +130,8 @@ def test_the_engine_was_asked_about_each_format_before_quantizing(run):
     assert re.search(r"fp8_skip: SKIPPED: .*fallback kernel", out), out[-3000:]
     assert re.search(r"fp8_w8a8: control, measured anyway on the reference path", out), out[-3000:]
     assert re.search(r"fp8_w8a8: not served on vLLM here: .*remembered from", out), out[-3000:]
+    # scored against the baseline on the reference path, evaluated once before the variants there
+    assert re.search(r"baseline on the reference path \(for [^)]*fp8_w8a8[^)]*\): PPL", out), out[-3000:]
     # The controls are asked too (a refused one is scored on the reference path in two looks: the
     # collapsed one stops at the first); what this CPU's build serves decides the answer.
     assert re.search(r"int2_rtn: the engine (serves|refuses) its format here", out), out[-3000:]
