@@ -75,13 +75,18 @@ import ctypes, os, signal, subprocess, sys, time
 def tied():
     ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: this supervisor's death stops it
 server = subprocess.Popen(sys.argv[1:], preexec_fn=tied)
+def exited():  # not server.poll(): inside this handler, the interrupted server.wait() holds its lock
+    try:
+        return os.waitpid(server.pid, os.WNOHANG)[0] != 0
+    except ChildProcessError:
+        return True
 def end_group(*_):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.killpg(0, signal.SIGTERM)
     deadline = time.monotonic() + 10
-    while server.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
+    while not exited() and time.monotonic() < deadline:
+        time.sleep(0.1)
     os.killpg(0, signal.SIGKILL)
 signal.signal(signal.SIGTERM, end_group)
 signal.signal(signal.SIGINT, end_group)
