@@ -248,7 +248,7 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
     on_reference = plan.on_reference_path(config.eval.backend)
     reference = [_reference_baseline(config, model, traffic, state)] if on_reference else []
     for future in reference:  # once, as soon as a CPU is free, before the variants scored there
-        submit("reference baseline", "baseline", future, config.eval.num_cpus)
+        submit("reference path", "baseline", future, config.eval.num_cpus)
     quantized, staged, longs, errors = {}, {}, {}, dict(plan.skipped)
     progress = _Progress([s.name for s in plan.runnable])
     budgets = {s.name: s.time_budget_s for s in plan.runnable if hasattr(s, "time_budget_s")}
@@ -264,7 +264,7 @@ def _quantize_then_evaluate(config: PipelineConfig, plan: RunPlan, model: ModelR
             after = reference if name in on_reference else []
             submit("score", name, _score(config, name, result.checkpoint, traffic, base_ppl, model, after),
                    config.eval.num_cpus)
-        elif stage == "reference baseline":
+        elif stage == "reference path":
             print(f"      baseline on the reference path (for {', '.join(on_reference)}): PPL "
                   f"{result.ppl:.3f} in {result.seconds:.0f} s")
         elif stage == "score":
