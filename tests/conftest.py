@@ -10,9 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # for `factories`
 
-# One home per pytest-xdist worker (`make test` runs two): each has its own Prefect server and Ray.
-_SESSION_HOME = Path(os.environ.get("QG_TEST_HOME", "/tmp/quantgate-tests")) / os.environ.get(
-    "PYTEST_XDIST_WORKER", "")
+_SESSION_HOME = Path(os.environ.get("QG_TEST_HOME", "/tmp/quantgate-tests"))
 for key, sub in {"HOME": "home", "PREFECT_HOME": "prefect", "HF_HOME": "hf", "RAY_TMPDIR": "ray"}.items():
     os.environ[key] = str(_SESSION_HOME / sub)
     (_SESSION_HOME / sub).mkdir(parents=True, exist_ok=True)
