@@ -91,6 +91,17 @@ def write_traffic(path: Path, records: list[dict[str, Any]], extra_lines: list[b
     return path
 
 
+def heldout_traffic(d: Path, n: int):
+    """A prepared held-out set of `n` mixed requests (no calibration set), for evaluation tests."""
+    from quantgate.tasks.traffic.load import load_traffic, write_requests
+    from quantgate.tasks.traffic.prepare import PreparedTraffic
+
+    reqs = load_traffic(write_traffic(d / "t.jsonl", mixed_records(n)), max_line_bytes=65536,
+                        length_buckets=(200,)).requests
+    write_requests(d / "heldout.jsonl", reqs)
+    return PreparedTraffic("", str(d / "heldout.jsonl"), "", "", "h", n, 0, 0, n, {})
+
+
 def mixed_records(n: int, seed: int = 0) -> list[dict[str, Any]]:
     rng = random.Random(seed)
     tenants, domains = ("acme", "globex", "initech"), tuple(_TOPICS)

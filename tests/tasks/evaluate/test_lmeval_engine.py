@@ -16,10 +16,8 @@ from quantgate.conf.schema import LmEvalConf
 from quantgate.tasks.evaluate.stages import lmeval_task
 from quantgate.tasks.gate.decide import paired_lmeval
 from quantgate.tasks.quantize.run import quantize_variant
-from quantgate.tasks.traffic.load import load_traffic, write_requests
-from quantgate.tasks.traffic.prepare import PreparedTraffic
 
-from factories import calibration_file, mixed_records, write_traffic
+from factories import calibration_file, heldout_traffic
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -34,10 +32,7 @@ def _items(result) -> dict[tuple[str, str], dict]:
 def test_task_evals_on_the_engine_match_the_hf_path_and_a_refused_variant_pairs_on_hf(
         tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # this machine's memory, fresh
-    reqs = load_traffic(write_traffic(tmp_path / "t.jsonl", mixed_records(12)), max_line_bytes=65536,
-                        length_buckets=(200,)).requests
-    write_requests(tmp_path / "heldout.jsonl", reqs)
-    traffic = PreparedTraffic("", str(tmp_path / "heldout.jsonl"), "", "", "h", 12, 0, 0, 12, {})
+    traffic = heldout_traffic(tmp_path, 12)
     conf = LmEvalConf(tasks=("qg_facts_mc", "qg_replay"), limit=6, replay_size=6, batch_size=4,
                       backend="engine")
     common = {"traffic": traffic, "conf": conf, "dtype": "float32", "engine": FP32,

@@ -12,10 +12,8 @@ from quantgate.conf.engine import EngineConf
 from quantgate.conf.schema import EvalConf, GateConf, LmEvalConf
 from quantgate.tasks.evaluate.stages import evaluate_task
 from quantgate.tasks.gate.staged import score_in_stages
-from quantgate.tasks.traffic.load import load_traffic, write_requests
-from quantgate.tasks.traffic.prepare import PreparedTraffic
 
-from factories import mixed_records, perturbed_copy, write_traffic
+from factories import heldout_traffic, perturbed_copy
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -34,10 +32,7 @@ def _startups(state: Path, log_name: str) -> int:
 def test_looks_and_task_evals_share_one_server_and_a_first_look_reject_reads_no_more(
         tiny_model, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # this machine's memory, fresh
-    reqs = load_traffic(write_traffic(tmp_path / "t.jsonl", mixed_records(40)), max_line_bytes=65536,
-                        length_buckets=(200,)).requests
-    write_requests(tmp_path / "heldout.jsonl", reqs)
-    traffic = PreparedTraffic("", str(tmp_path / "heldout.jsonl"), "", "", "h", 40, 0, 0, 40, {})
+    traffic = heldout_traffic(tmp_path, 40)
     eval_conf = EvalConf(window=64, min_slice_tokens=10, backend="engine")
     state = tmp_path / "state"
     base_dir = str(tmp_path / "base")
