@@ -44,10 +44,6 @@ class EngineSession:
             raise
         return self._server, True
 
-    @property
-    def started(self) -> bool:
-        return self._server is not None
-
     def __enter__(self) -> EngineSession:
         return self
 
