@@ -409,9 +409,9 @@ def quantize_and_gate(config: PipelineConfig, traffic_window: str | None = None)
                  if config.long_context.enabled else None)
     plan = _plan(config, model, traffic, state)
 
-    print(f"[4/7] quantizing {len(plan.runnable)} variants (Ray); each then scored on a server of its own: "
-          f"perplexity and its screen{' (a reject skips the later stages)' if config.gate.staged else ''}, "
-          "task evals")
+    print(f"[4/7] quantizing {len(plan.runnable)} variants (Ray); each then scored, on one engine server "
+          f"where it is served: perplexity and its screen"
+          f"{' (a reject skips the later stages)' if config.gate.staged else ''}, task evals")
     variants = _quantize_then_evaluate(config, plan, model, traffic, state, base_ppl)
     baseline = _baseline(model, base_ppl, base_tasks, base_long)
     clock.lap("variants")
