@@ -218,12 +218,14 @@ def _ask_the_engine(config: PipelineConfig, plan: RunPlan, model: ModelRef, traf
         return {}
     if config.engine.probe and (ask := probe_candidates(list(plan.runnable))):
         print(f"      asking the engine about {len(ask)} formats before quantizing (once per machine)")
-        with remote_options(num_cpus=config.engine.threads):
-            pending = {probe_task.submit(spec=s, model=model, traffic=traffic, engine=config.engine,
-                                         state_dir=state): ("probe", s.name) for s in ask}
-        for future, (_, name) in as_finished(pending, heartbeat=_heartbeat({}, pending)):
-            result, err = outcome(future)
-            print(f"      {result.line(name) if result else f'{name}: the probe failed: {err}'}")
+        with remote_options(num_cpus=config.engine.threads):  # one engine process asks about them all
+            pending = {probe_task.submit(specs=ask, model=model, traffic=traffic, engine=config.engine,
+                                         state_dir=state): ("probe", "formats")}
+        for future, _ in as_finished(pending, heartbeat=_heartbeat({}, pending)):
+            results, err = outcome(future)
+            for s in ask:
+                said = results[s.name].line(s.name) if results else f"{s.name}: the probe failed: {err}"
+                print(f"      {said}")
     return refusals_task(variants=plan.runnable, model=model, traffic=traffic, engine=config.engine,
                          max_seq_len=config.calibration.max_seq_len, state_dir=state)
 

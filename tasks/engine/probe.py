@@ -6,11 +6,13 @@ FP8 W8A8 would run on torch's generic `_scaled_mm`. Found at evaluation, a refus
 whole quantization (minutes for GPTQ or AWQ on 2 cores) and a scoring on the reference path. So the
 planner asks first: the variant's own method quantizes a one-layer model of the same architecture and
 shapes (random weights: kernels are chosen by format and shape, not values) on a few calibration
-samples, and the engine starts on it as it would on the real checkpoint, first token included. A
-refusal is remembered (`support.py`) under the checkpoint's format and the variant spec's, so the
-planner skips the variant with the engine's words, this run and the next; a format served is
-remembered too and not asked again. A probe that fails for another reason (a taken port, memory, a
-quantization error) decides nothing: the variant runs and the evaluation finds out as before.
+samples, and the engine loads it as the server would load the real checkpoint, first token included:
+every format still unknown in one engine process (`load_check.py`: ~3 s each after one import, where
+a server start-up per format cost ~20 s of one core). A refusal is remembered (`support.py`) under
+the checkpoint's format and the variant spec's, so the planner skips the variant with the engine's
+words, this run and the next; a format served is remembered too and not asked again. A probe that
+fails for another reason (memory, no answer in time, a quantization error) decides nothing: the
+variant runs and the evaluation finds out as before.
 """
 
 from __future__ import annotations
@@ -87,41 +89,77 @@ def probe_model(model_path: str, out_dir: Path) -> str:
     return str(out_dir)
 
 
-def probe_format(spec: VariantSpec, *, model_path: str, model_digest: str, calibration_path: str,
-                 engine: EngineConf, state_dir: str) -> ProbeResult:
-    """Whether the engine serves `spec`'s format here, from memory or from a probe's start-up."""
-    from quantgate.tasks.engine.refusals import (
-        known_format_refusal,
-        learn_refusal,
-        served_checkpoint,
-        spec_support_key,
-    )
-    from quantgate.tasks.quantize.run import QuantizeError, quantize_variant
+def probe_formats(specs: list[VariantSpec], *, model_path: str, model_digest: str, calibration_path: str,
+                  engine: EngineConf, state_dir: str) -> dict[str, ProbeResult]:
+    """Whether the engine serves each spec's format here: from memory, or asked of one engine process
+    that loads every format still unknown (`load_check.py`), each as a one-layer checkpoint."""
+    from quantgate.tasks.engine.refusals import known_format_refusal, spec_support_key
+    from quantgate.tasks.quantize.run import QuantizeError
 
-    if why := known_format_refusal(spec, model_path, engine):
-        return ProbeResult("refused", why)
-    key = spec_support_key(spec, model_path, engine)
-    if key is None:
-        return ProbeResult("unknown", "no serving engine installed")
-    if support.served_before(key):
-        return ProbeResult("served")
-    root = Path(state_dir) / "probes" / model_digest[:16]
+    results: dict[str, ProbeResult] = {}
+    ask: dict[str, tuple[str, str]] = {}  # name -> (memory key, one-layer checkpoint)
+    for spec in specs:
+        key = spec_support_key(spec, model_path, engine)
+        if why := known_format_refusal(spec, model_path, engine):
+            results[spec.name] = ProbeResult("refused", why)
+        elif key is None:
+            results[spec.name] = ProbeResult("unknown", "no serving engine installed")
+        elif support.served_before(key):
+            results[spec.name] = ProbeResult("served")
+        else:
+            try:
+                ask[spec.name] = key, _one_layer_checkpoint(spec, model_path, model_digest, calibration_path,
+                                                            Path(state_dir))
+            except QuantizeError as exc:  # the real quantization will say it, with the key to change
+                results[spec.name] = ProbeResult("unknown", str(exc))
+    if ask:
+        results |= _ask(ask, engine, state_dir)
+    return {s.name: results[s.name] for s in specs}
+
+
+def _one_layer_checkpoint(spec: VariantSpec, model_path: str, model_digest: str, calibration_path: str,
+                          state_dir: Path) -> str:
+    from quantgate.tasks.quantize.run import quantize_variant
+
+    root = state_dir / "probes" / model_digest[:16]
     small = spec.model_copy(update={"name": f"probe-{spec.name}", "num_samples": PROBE_SAMPLES})
     digest = hashlib.sha256(small.model_dump_json().encode()).hexdigest()[:12]
+    return quantize_variant(small, model_path=probe_model(model_path, root / "model"),
+                            calibration_path=calibration_path, out_dir=str(root / digest),
+                            max_seq_len=PROBE_SEQ_LEN, threads=1).checkpoint
+
+
+def _ask(ask: dict[str, tuple[str, str]], engine: EngineConf, state_dir: str) -> dict[str, ProbeResult]:
+    """The engine's answers, learnt: a refusal (a fallback kernel too) and a format served are
+    remembered; the machine's trouble (memory, no answer in time) decides nothing."""
+    from quantgate.tasks.engine.environment import find_engine, platform_name
+    from quantgate.tasks.engine.kernels import fallback_reason
+    from quantgate.tasks.engine.load_check import check_loads
+    from quantgate.tasks.engine.refusals import FallbackKernel, learn_refusal
+
+    specs = {f"probe-{name}": engine_spec(checkpoint, f"probe-{name}", engine)
+             for name, (_, checkpoint) in ask.items()}
     try:
-        checkpoint = quantize_variant(small, model_path=probe_model(model_path, root / "model"),
-                                      calibration_path=calibration_path, out_dir=str(root / digest),
-                                      max_seq_len=PROBE_SEQ_LEN, threads=1).checkpoint
-    except QuantizeError as exc:  # the real quantization will say it, with the key to change
-        return ProbeResult("unknown", str(exc))
-    try:
-        with served_checkpoint(engine_spec(checkpoint, f"probe-{spec.name}", engine), engine, state_dir,
-                               log_name=f"probe-{spec.name}"):
-            pass
-    except EngineStartError as exc:
-        if exc.transient:  # the machine's trouble, not the format's
-            return ProbeResult("unknown", exc.reason, asked=True)
-        learn_refusal(checkpoint, engine, exc)
-        return ProbeResult("refused", exc.reason, asked=True)
-    support.remember_served(key, checkpoint=checkpoint)
-    return ProbeResult("served", asked=True)
+        answers = check_loads(specs, python=find_engine(engine.python).python, state_dir=Path(state_dir),
+                              timeout_s=engine.start_timeout_s)
+    except EngineStartError as exc:  # the engine's process could not start: nothing learnt
+        return {name: ProbeResult("unknown", exc.reason, asked=True) for name in ask}
+    results = {}
+    for name, (key, checkpoint) in ask.items():
+        refusal = answers[f"probe-{name}"]
+        if refusal is None and (why := fallback_reason(_probe_log(state_dir, name), platform_name())):
+            refusal = FallbackKernel(why, _probe_log(state_dir, name))
+        if refusal is None:
+            support.remember_served(key, checkpoint=checkpoint)
+            results[name] = ProbeResult("served", asked=True)
+        elif refusal.transient:  # the machine's trouble, not the format's
+            results[name] = ProbeResult("unknown", refusal.reason, asked=True)
+        else:
+            learn_refusal(checkpoint, engine, refusal)
+            results[name] = ProbeResult("refused", refusal.reason, asked=True)
+    return results
+
+
+def _probe_log(state_dir: str, name: str) -> Path:
+    """The engine's log of the probe of variant `name`."""
+    return Path(state_dir) / "engine-logs" / f"probe-{name}.log"

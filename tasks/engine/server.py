@@ -95,18 +95,31 @@ end_group()
 """
 
 
+def engine_args(spec: EngineSpec) -> dict[str, str | int | bool]:
+    """vLLM's engine arguments for `spec`, by their Python names: the server's flags (`engine_command`)
+    and the format probe's `LLM(...)` (`probe.py`) load a checkpoint the same way."""
+    args: dict[str, str | int | bool] = {
+        "model": spec.model, "dtype": spec.dtype, "max_model_len": spec.max_model_len,
+        "max_num_seqs": spec.max_num_seqs, "max_logprobs": spec.max_logprobs,
+        "kv_cache_dtype": spec.kv_cache_dtype, "seed": 0,
+        "generation_config": "vllm"}  # sampling defaults are the request's, not the checkpoint's
+    if spec.device == "cpu":  # "uni": the worker inside the engine core, a process fewer (engine_env)
+        args["distributed_executor_backend"] = spec.executor
+    return args | {"enforce_eager": spec.enforce_eager}
+
+
 def engine_command(python: str, spec: EngineSpec, port: int) -> list[str]:
     """The command line, under the supervisor: loopback only, no key on it (`ps` shows it)."""
     cmd = [python, "-c", SUPERVISOR, python, "-m", "vllm.entrypoints.openai.api_server",
-           "--model", spec.model, "--served-model-name", spec.served_name,
-           "--host", "127.0.0.1", "--port", str(port),
-           "--dtype", spec.dtype, "--max-model-len", str(spec.max_model_len),
-           "--max-num-seqs", str(spec.max_num_seqs), "--max-logprobs", str(spec.max_logprobs),
-           "--kv-cache-dtype", spec.kv_cache_dtype, "--seed", "0", "--disable-uvicorn-access-log",
-           "--generation-config", "vllm"]  # sampling defaults are the request's, not the checkpoint's
-    if spec.device == "cpu":  # "uni": the worker inside the engine core, a process fewer (engine_env)
-        cmd += ["--distributed-executor-backend", spec.executor]
-    return cmd + (["--enforce-eager"] if spec.enforce_eager else [])
+           "--served-model-name", spec.served_name, "--host", "127.0.0.1", "--port", str(port),
+           "--disable-uvicorn-access-log"]
+    for name, value in engine_args(spec).items():
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            cmd.append(flag)
+        elif value is not False:
+            cmd += [flag, str(value)]
+    return cmd
 
 
 def engine_env(spec: EngineSpec, cpus: tuple[int, ...]) -> dict[str, str]:
@@ -115,7 +128,7 @@ def engine_env(spec: EngineSpec, cpus: tuple[int, ...]) -> dict[str, str]:
     env |= {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_DO_NOT_TRACK": "1",
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONNOUSERSITE": "1",
             "VLLM_CPU_KVCACHE_SPACE": str(spec.kv_cache_gb), "VLLM_LOGGING_LEVEL": "INFO"}
-    if spec.device == "cpu":  # the whole process tree runs on these cores (`_pinned`)
+    if spec.device == "cpu":  # the whole process tree runs on these cores (`pinned_child`)
         env |= {"VLLM_CPU_OMP_THREADS_BIND": bind_list(cpus), "OMP_NUM_THREADS": str(len(cpus) or 1)}
         # vLLM's CPU platform turns `uni` back into the multiprocess executor unless V1 multiprocessing
         # is off (the API server and engine core stay two processes; only the worker moves in). The
@@ -128,7 +141,7 @@ def engine_env(spec: EngineSpec, cpus: tuple[int, ...]) -> dict[str, str]:
     return env
 
 
-def _pinned(cpus: tuple[int, ...]) -> Callable[[], None]:
+def pinned_child(cpus: tuple[int, ...]) -> Callable[[], None]:
     """The child's own session, tied to its parent, on `cpus` (inherited by every process it starts)."""
     def preexec() -> None:
         own_session_tied_to_parent()
@@ -186,7 +199,7 @@ class EngineServer:
         log = log_path.open("ab")
         started = time.monotonic()
         proc = subprocess.Popen(engine_command(python, spec, port), stdout=log, stderr=subprocess.STDOUT,
-                                env=engine_env(spec, cpus), preexec_fn=_pinned(cpus))
+                                env=engine_env(spec, cpus), preexec_fn=pinned_child(cpus))
         server = cls(spec, proc, port, log_path, log, cpus)
         try:
             server._wait_healthy(started, timeout_s)

@@ -8,18 +8,18 @@ from prefect import task
 
 from quantgate.conf.engine import EngineConf
 from quantgate.conf.methods import VariantSpec
-from quantgate.tasks.engine.probe import ProbeResult, probe_format
+from quantgate.tasks.engine.probe import ProbeResult, probe_formats
 from quantgate.tasks.model.source import ModelRef
 from quantgate.tasks.runtime.threads import set_threads
 from quantgate.tasks.traffic.prepare import PreparedTraffic
 
 
-@task(name="probe-format", task_run_name="probe-{spec.name}")
-def probe_task(*, spec: VariantSpec, model: ModelRef, traffic: PreparedTraffic, engine: EngineConf,
-               state_dir: str) -> ProbeResult:
+@task(name="probe-formats")
+def probe_task(*, specs: list[VariantSpec], model: ModelRef, traffic: PreparedTraffic, engine: EngineConf,
+               state_dir: str) -> dict[str, ProbeResult]:
     set_threads(1)
-    return probe_format(spec, model_path=model.path, model_digest=model.digest,
-                        calibration_path=traffic.calibration_path, engine=engine, state_dir=state_dir)
+    return probe_formats(specs, model_path=model.path, model_digest=model.digest,
+                         calibration_path=traffic.calibration_path, engine=engine, state_dir=state_dir)
 
 
 @task(name="known-refusals")

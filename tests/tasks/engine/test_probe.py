@@ -11,7 +11,7 @@ from pydantic import TypeAdapter
 from quantgate.conf.engine import EngineConf
 from quantgate.conf.methods import VariantSpec
 from quantgate.tasks.engine.environment import cpu_flags
-from quantgate.tasks.engine.probe import probe_candidates, probe_format, probe_model
+from quantgate.tasks.engine.probe import probe_candidates, probe_formats, probe_model
 from quantgate.tasks.engine.stages import refusals_task
 from quantgate.tasks.model.source import ModelRef
 from quantgate.tasks.traffic.prepare import PreparedTraffic
@@ -54,30 +54,32 @@ def test_the_probe_model_has_the_shapes_and_one_layer(tiny_model, tmp_path):
 
 def test_the_engine_answers_once_per_format_and_the_planner_reads_it(tiny_model, tmp_path, monkeypatch):
     """INT8 W8A8 is served on every x86 build; W4A16 only where the build has its kernel (AVX-512)
-    and activations are 16-bit: the answer follows the CPU and the engine's dtype. Asked again, the
-    memory answers without a start-up; a refused format not quantized yet is the planner's skip,
-    with the engine's words."""
+    and activations are 16-bit: the answer follows the CPU and the engine's dtype. Both formats are
+    asked of one engine process; asked again, the memory answers without one; a refused format not
+    quantized yet is the planner's skip, with the engine's words."""
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(Path.home() / ".cache" / "vllm"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # this machine's memory, fresh
     calibration, state = str(calibration_file(tmp_path)), str(tmp_path / "state")
     int8, int4 = _specs({"name": "int8", "method": "int8_w8a8"},
                         {"name": "int4", "method": "int4_gptq", "group_size": 32})
 
-    def probe(spec):
-        return probe_format(spec, model_path=tiny_model, model_digest="d" * 16, calibration_path=calibration,
-                            engine=ENGINE, state_dir=state)
+    def probe(*specs):
+        return probe_formats(list(specs), model_path=tiny_model, model_digest="d" * 16,
+                             calibration_path=calibration, engine=ENGINE, state_dir=state)
 
-    first = probe(int8)
-    assert (first.status, first.asked) == ("served", True), first
-    again = probe(int8)
-    assert (again.status, again.asked) == ("served", False)
-    w4a16 = probe(int4)
+    first = probe(int8, int4)
+    assert (first["int8"].status, first["int8"].asked) == ("served", True), first
+    w4a16 = first["int4"]
     # vLLM's CPU WNA16 kernel: AVX-512 builds only, and 16-bit activations only ("not implemented
     # for 'Float'"): the engine here computes in float32, so refused on every CPU, for either reason.
     wna16_here = "avx512f" in cpu_flags() and ENGINE.dtype in ("bfloat16", "float16")
     assert w4a16.asked and w4a16.status == ("served" if wna16_here else "refused"), w4a16
     logs = sorted(p.name for p in (tmp_path / "state" / "engine-logs").iterdir())
-    assert logs == ["probe-int4.log", "probe-int8.log"]  # one start-up per format
+    assert logs == ["probe-int4.log", "probe-int8.log"]  # each format's log
+    assert len(list((tmp_path / "state" / "load-check").iterdir())) == 1  # one engine process
+    again = probe(int8)["int8"]
+    assert (again.status, again.asked) == ("served", False)
+    assert len(list((tmp_path / "state" / "load-check").iterdir())) == 1  # none started for it
 
     traffic = PreparedTraffic(calibration_path=calibration, heldout_path="", quarantine_path="",
                               summary_path="", calibration_hash="h", valid=8, quarantined=0, calibration=8,
