@@ -1,6 +1,5 @@
 """The flow through the CLI on a tiny Llama: real Prefect server, real Ray, MLflow on SQLite."""
 
-import os
 import re
 import signal
 import socket
@@ -13,7 +12,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from quantgate.tasks.registry.aliases import CHECKPOINT_TAG, alias_history
+from quantgate.tasks.registry.aliases import alias_history
 from quantgate.tasks.runtime.child_process import free_port
 
 from factories import MECHANICS, cli_env, mixed_records, write_traffic
@@ -244,37 +243,6 @@ def test_run_ends_with_the_winners_rollout_when_auto_is_on(first_run):
     assert re.search(r"\| rollout \| \d+\.\d \|", out.split("where the time went:")[1])
     assert client.get_model_version_by_alias("tiny", "champion").tags["variant"] == winner
     assert client.get_model_version_by_alias("tiny", "previous-champion").tags["variant"] == "baseline"
-
-
-@pytest.mark.timeout(900)
-def test_killed_run_resumes_without_redoing_finished_variants(tmp_path, tiny_model):
-    # Resumption, not the stages: three quick variants, the extras off (the first run covers them).
-    conf = _config(tmp_path, tiny_model)
-    slim = yaml.safe_load(conf.read_text())
-    slim["variants"] = [v for v in VARIANTS if v["name"] in ("int4_rtn", "int4_gptq", "kv_fp8")]
-    slim |= {"long_context": {"enabled": False}, "bench": {"enabled": False},
-             "lmeval": {"backend": "hf", "tasks": ["qg_facts_mc"], "limit": 4, "batch_size": 4,
-                        "min_slice_items": 2}}
-    conf.write_text(yaml.safe_dump(slim))
-    proc = _cli("run", "--config", str(conf), start_new_session=True)
-    variants = tmp_path / "state" / "variants"
-    deadline = time.monotonic() + 300
-    while not list(variants.glob("*/DONE")):
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    done = {p.parent.name: p.stat().st_mtime_ns for p in variants.glob("*/DONE")}
-    rerun = _cli("run", "--config", str(conf))
-    out, _ = rerun.communicate(timeout=600)
-    assert rerun.returncode == 0, out[-3000:]
-    for name, mtime in done.items():
-        assert (variants / name / "DONE").stat().st_mtime_ns == mtime, name
-    assert out.count("(reused)") >= len(done)
-    _, _, parents, versions = _mlflow(tmp_path)  # the killed run never got to publish: one record
-    assert len(parents) == 1
-    checkpoints = [v.tags[CHECKPOINT_TAG] for v in versions]
-    assert checkpoints and len(checkpoints) == len(set(checkpoints))
 
 
 @pytest.mark.timeout(300)

@@ -1,5 +1,6 @@
-"""A user stops `quantgate run` at the stages where different servers run: it unwinds, stops every
-server it started, and the next run resumes from what was finished. Real CLI, Prefect server, Ray,
+"""A run killed outright (kill -9), then stopped by a user at the stages where different servers run:
+each stop unwinds and stops every server it started, and the next run resumes from what was
+finished, the crash's work included, and publishes once. Real CLI, Prefect server, Ray,
 judge and MLflow, tiny model."""
 
 import os
@@ -8,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -15,6 +17,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from quantgate.tasks.registry.aliases import CHECKPOINT_TAG
 from quantgate.tasks.runtime.child_process import free_port
 
 from factories import cli_env, mixed_records, write_traffic
@@ -92,9 +95,25 @@ def _telemetry_is_off(processes):
         assert got == off, " ".join(p.cmdline()[:3])
 
 
+def _crash_after_the_first_variant(conf, variants):
+    """kill -9 to the whole run (a crash, an OOM kill) once a variant is quantized: nothing unwinds.
+    The quantizations finished by then, with their files' times."""
+    proc, lines, reader = _start(conf)
+    deadline = time.monotonic() + 300
+    while not list(variants.glob("*/DONE")):
+        assert time.monotonic() < deadline and proc.poll() is None, "".join(lines[-30:])
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    reader.join(10)
+    return {p.parent.name: p.stat().st_mtime_ns for p in variants.glob("*/DONE")}
+
+
 @pytest.mark.timeout(1500)
 def test_a_stop_at_any_stage_unwinds_stops_everything_and_the_next_run_resumes(tmp_path, tiny_model):
     conf, port = _config(tmp_path, tiny_model)
+    variants = tmp_path / "state" / "variants"
+    crashed = _crash_after_the_first_variant(conf, variants)
     for marker, sig, whom in STOPS:
         code, out, alive = _stop_at(conf, marker, sig, whom)
         assert code == 128 + sig, f"stop at {marker}: exit {code}\n{out[-3000:]}"
@@ -109,6 +128,10 @@ def test_a_stop_at_any_stage_unwinds_stops_everything_and_the_next_run_resumes(t
     assert proc.returncode == 0, out[-3000:]
     for name in ("int8_w8a8", "int4_rtn"):  # quantized before the later stops: not redone
         assert f"{name}: quantized in" in out and "(reused)" in out.split(f"{name}: quantized in")[1][:40]
+    for name, mtime in crashed.items():  # nor what the crash left finished
+        assert (variants / name / "DONE").stat().st_mtime_ns == mtime, name
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'state' / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("model").experiment_id])
-    assert len([r for r in runs if "mlflow.parentRunId" not in r.data.tags]) == 1
+    assert len([r for r in runs if "mlflow.parentRunId" not in r.data.tags]) == 1  # published once
+    checkpoints = [v.tags[CHECKPOINT_TAG] for v in client.search_model_versions("name='tiny'")]
+    assert checkpoints and len(checkpoints) == len(set(checkpoints))
