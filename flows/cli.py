@@ -116,13 +116,15 @@ def _stopped(start: float) -> int:
 def _run(config: PipelineConfig, state: Path, env: dict[str, str]) -> int:
     start = time.perf_counter()
     try:
-        with prefect_server(state, config.runtime.prefect_port, ui=False) as server:
+        # The imports and Ray's start run while the Prefect server starts (seconds of CPU each).
+        with prefect_server(state, config.runtime.prefect_port, ui=False, wait=False) as server:
             # Imported only now: prefect reads PREFECT_API_URL once, on import; read earlier, it
             # would start a temporary server of its own instead of using this one.
             from quantgate.flows.quantize_and_gate import quantize_and_gate
 
             with ray_cluster(address=config.runtime.ray_address, num_cpus=config.runtime.ray_num_cpus,
                              env=env, state_dir=state):
+                server.ready()
                 state_obj = quantize_and_gate(config, return_state=True)
     except BaseException as exc:
         from prefect.exceptions import TerminationSignal  # prefect is imported by now

@@ -58,13 +58,14 @@ def run_rollout(args: argparse.Namespace, config: PipelineConfig, state: Path, e
         print(f"error: {exc}", file=sys.stderr)
         return 1
     start = time.perf_counter()
-    with prefect_server(state, config.runtime.prefect_port, ui=False) as server:
-        from quantgate.flows.canary_rollout import canary_rollout
+    with prefect_server(state, config.runtime.prefect_port, ui=False, wait=False) as server:
+        from quantgate.flows.canary_rollout import canary_rollout  # imported while the server starts
         from quantgate.tasks.rollout.context import NothingToRollOut
         from quantgate.tasks.rollout.log import RolloutBusy
 
         with ray_cluster(address=config.runtime.ray_address, num_cpus=config.runtime.ray_num_cpus, env=env,
                          state_dir=state):
+            server.ready()
             st = canary_rollout(config, variant=args.variant, run=args.run, inject=faults, return_state=True)
         if st.is_failed():
             exc = st.result(raise_on_failure=False)

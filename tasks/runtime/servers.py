@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -62,6 +62,7 @@ class PrefectServer:
     api_url: str
     ui_url: str
     process: subprocess.Popen[bytes] | None  # None when an existing server is reused
+    ready: Callable[[], None] = lambda: None  # returns once the server answers (prefect_server's wait)
 
 
 def _healthy(api_url: str) -> bool:
@@ -94,23 +95,37 @@ def start_prefect_server(port: int, log: IO[bytes], *, ui: bool, env: dict[str, 
                          timeout_s: float = 90) -> tuple[subprocess.Popen[bytes], str]:
     """A Prefect server on 127.0.0.1:`port`, healthy, tied to this process: (process, API URL).
     `env` is the server's whole environment (its PREFECT_HOME holds its database)."""
-    api = f"http://127.0.0.1:{port}/api"
+    proc, api = launch_prefect_server(port, log, ui=ui, env=env)
+    wait_for_prefect(proc, api, log, timeout_s=timeout_s)
+    return proc, api
+
+
+def launch_prefect_server(port: int, log: IO[bytes], *, ui: bool, env: dict[str, str]
+                          ) -> tuple[subprocess.Popen[bytes], str]:
+    """The server's process, started and not waited for (`wait_for_prefect`)."""
     cmd = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
            "--port", str(port), "--ui" if ui else "--no-ui", "--analytics-off"]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                             env={**env, **prefect_server_env(port)}, preexec_fn=own_session_tied_to_parent)
+    return proc, f"http://127.0.0.1:{port}/api"
+
+
+def wait_for_prefect(proc: subprocess.Popen[bytes], api: str, log: IO[bytes], *, timeout_s: float = 90
+                     ) -> None:
     deadline = time.monotonic() + timeout_s
     while not _healthy(api):
         if proc.poll() is not None or time.monotonic() > deadline:
             stop_child(proc, grace_s=20)
             raise RuntimeError(f"Prefect server did not start; see {log.name}")
-        time.sleep(0.5)
-    return proc, api
+        time.sleep(0.2)
+
 
 @contextlib.contextmanager
-def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[PrefectServer]:
+def prefect_server(state_dir: Path, port: int, *, ui: bool = True, wait: bool = True
+                   ) -> Iterator[PrefectServer]:
     """Use the server named by PREFECT_API_URL, else start one on `port` (or a free port if
-    that one is taken), its SQLite under state_dir.
+    that one is taken), its SQLite under state_dir. `wait=False`: the block starts while the server
+    does (it imports, starts Ray: seconds of CPU each) and calls `ready()` before it talks to it.
 
     Services stay on: task runs executed on Ray workers reach the server as events, and the
     server's task-run recorder service is what turns them into task runs in the UI."""
@@ -124,13 +139,17 @@ def prefect_server(state_dir: Path, port: int, *, ui: bool = True) -> Iterator[P
         port = free_port()
     log = (state_dir / "prefect-server.log").open("ab")
     try:
-        proc, api = start_prefect_server(port, log, ui=ui, env=dict(os.environ))
+        proc, api = launch_prefect_server(port, log, ui=ui, env=dict(os.environ))
     except BaseException:
         log.close()
         raise
     try:
+        server = PrefectServer(api, f"http://127.0.0.1:{port}", proc,
+                               lambda: wait_for_prefect(proc, api, log))
+        if wait:
+            server.ready()
         os.environ["PREFECT_API_URL"] = api
-        yield PrefectServer(api, f"http://127.0.0.1:{port}", proc)
+        yield server
     finally:
         _send_pending_prefect_logs()
         os.environ.pop("PREFECT_API_URL", None)
