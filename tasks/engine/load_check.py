@@ -35,26 +35,32 @@ from quantgate.tasks.runtime.stop import raise_if_stopping
 ENGINE_SIDE = Path(__file__).with_name("load_check_engine.py")
 
 
+def load_log(state_dir: Path, name: str) -> Path:
+    """Where the engine's output for checkpoint `name` goes: beside the servers' logs."""
+    return state_dir / "engine-logs" / f"{name}.log"
+
+
 def check_loads(specs: dict[str, EngineSpec], *, python: str, state_dir: Path, timeout_s: float
                 ) -> dict[str, EngineStartError | None]:
     """Name -> None (the engine loaded it and computed a token) or why not (`transient`: the
-    machine's trouble, or no answer in time). Logs: `engine-logs/<name>.log` under `state_dir`."""
-    logs, work = state_dir / "engine-logs", state_dir / "load-check" / f"{os.getpid()}-{time.time_ns()}"
-    logs.mkdir(parents=True, exist_ok=True)
+    machine's trouble, or no answer in time). Logs: `load_log`."""
+    work = state_dir / "load-check" / f"{os.getpid()}-{time.time_ns()}"
+    load_log(state_dir, "").parent.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     first = next(iter(specs.values()))
     answers: dict[str, EngineStartError | None] = {}
     with claimed_cpus(machine_lock_dir(), first.threads if first.device == "cpu" else 0,
                       timeout_s=timeout_s) as cpus:
         while todo := [n for n in specs if n not in answers]:
-            jobs = [{"name": n, "log": str(logs / f"{n}.log"), "args": engine_args(specs[n])} for n in todo]
+            jobs = [{"name": n, "log": str(load_log(state_dir, n)), "args": engine_args(specs[n])}
+                    for n in todo]
             (jobs_path := work / "jobs.json").write_text(json.dumps(jobs))
             (said := work / "answers.jsonl").write_text("")
             code, out = _run([python, str(ENGINE_SIDE), str(jobs_path), str(said)], first, cpus,
                              work / "process.log", timeout_s * len(todo))
             last = {a["name"]: a["status"] for a in map(json.loads, said.read_text().splitlines())}
             for name, status in last.items():
-                log = logs / f"{name}.log"
+                log = load_log(state_dir, name)
                 if status == "served":
                     answers[name] = None
                 elif status == "refused":

@@ -132,10 +132,9 @@ def _one_layer_checkpoint(spec: VariantSpec, model_path: str, model_digest: str,
 def _ask(ask: dict[str, tuple[str, str]], engine: EngineConf, state_dir: str) -> dict[str, ProbeResult]:
     """The engine's answers, learnt: a refusal (a fallback kernel too) and a format served are
     remembered; the machine's trouble (memory, no answer in time) decides nothing."""
-    from quantgate.tasks.engine.environment import find_engine, platform_name
-    from quantgate.tasks.engine.kernels import fallback_reason
-    from quantgate.tasks.engine.load_check import check_loads
-    from quantgate.tasks.engine.refusals import FallbackKernel, learn_refusal
+    from quantgate.tasks.engine.environment import find_engine
+    from quantgate.tasks.engine.load_check import check_loads, load_log
+    from quantgate.tasks.engine.refusals import fallback_refusal, learn_refusal
 
     specs = {f"probe-{name}": engine_spec(checkpoint, f"probe-{name}", engine)
              for name, (_, checkpoint) in ask.items()}
@@ -147,8 +146,8 @@ def _ask(ask: dict[str, tuple[str, str]], engine: EngineConf, state_dir: str) ->
     results = {}
     for name, (key, checkpoint) in ask.items():
         refusal = answers[f"probe-{name}"]
-        if refusal is None and (why := fallback_reason(_probe_log(state_dir, name), platform_name())):
-            refusal = FallbackKernel(why, _probe_log(state_dir, name))
+        if refusal is None:
+            refusal = fallback_refusal(load_log(Path(state_dir), f"probe-{name}"))
         if refusal is None:
             support.remember_served(key, checkpoint=checkpoint)
             results[name] = ProbeResult("served", asked=True)
@@ -159,7 +158,3 @@ def _ask(ask: dict[str, tuple[str, str]], engine: EngineConf, state_dir: str) ->
             results[name] = ProbeResult("refused", refusal.reason, asked=True)
     return results
 
-
-def _probe_log(state_dir: str, name: str) -> Path:
-    """The engine's log of the probe of variant `name`."""
-    return Path(state_dir) / "engine-logs" / f"probe-{name}.log"

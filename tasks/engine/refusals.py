@@ -36,9 +36,15 @@ def served_checkpoint(spec: EngineSpec, engine: EngineConf, state_dir: str, *, l
     a fallback kernel on this machine: what it would score is not what would serve."""
     with engine_server(spec, state_dir=Path(state_dir), log_name=log_name,
                        python=find_engine(engine.python).python, timeout_s=engine.start_timeout_s) as server:
-        if why := fallback_reason(server.log_path, platform_name()):
-            raise FallbackKernel(why, server.log_path)
+        if refusal := fallback_refusal(server.log_path):
+            raise refusal
         yield server
+
+
+def fallback_refusal(log_path: Path) -> FallbackKernel | None:
+    """A checkpoint the engine loaded, refused all the same: its log shows a fallback kernel here."""
+    why = fallback_reason(log_path, platform_name())
+    return FallbackKernel(why, log_path) if why else None
 
 
 def scored_by(engine: EngineConf, spec: EngineSpec) -> str:
