@@ -1,4 +1,4 @@
-"""Operations: the drift watch and the scheduled deployments (`quantgate deploy`, README "Operations").
+"""Operations: the drift watch and the scheduled deployments (`quantgate deploy`, docs/operations.md).
 
 Seed 000 (test-time quantization): a calibration ages with the traffic. The drift watch compares the
 activation statistics of the most recent traffic with those of the champion's calibration and, over
@@ -17,8 +17,8 @@ from quantgate.conf.base import Strict
 class DriftConf(Strict):
     """`drift_score` is the mean over Linear layers of the RMS of log(mean |activation| ratio) per
     input channel (kernels/activation_stats.py). Measured on SmolLM2 (`python bench/drift_scores.py`,
-    README "Drift"): resamples of the demo traffic 0.019-0.021 from its calibration, half of the window
-    code/French/Spanish 0.036, all of it 0.051."""
+    docs/operations.md "Drift"): resamples of the demo traffic 0.019-0.021 from its calibration, half
+    of the window code/French/Spanish 0.036, all of it 0.051."""
 
     window_requests: Annotated[int, Field(ge=1)] | None = Field(
         default=None, description="the most recent complete lines of traffic.path to read; default "

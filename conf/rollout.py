@@ -1,6 +1,6 @@
 """The canary's typed config: the serving layer, the weight steps, and the analysis after each step
 (Argo Rollouts' vocabulary: success and failure conditions, `failure_limit`, `inconclusive_limit`,
-`consecutive_error_limit`, README "The canary")."""
+`consecutive_error_limit`, docs/canary.md)."""
 
 from __future__ import annotations
 

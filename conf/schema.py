@@ -243,7 +243,7 @@ class Budget(Strict):
 DEFAULT_BUDGETS = {"ppl": Budget(enable=0.03, monitor=0.06, investigate=0.10),
                    "task": Budget(enable=0.005, monitor=0.015, investigate=0.015),
                    # mean next-token KL from the baseline, nats per token (absolute, not relative):
-                   # FP8 W8A8 0.034 and INT4 RTN 0.46 on SmolLM2 (README "Gate budgets")
+                   # FP8 W8A8 0.034 and INT4 RTN 0.46 on SmolLM2 (docs/gate.md "Gate budgets")
                    "kl": Budget(enable=0.05, monitor=0.10, investigate=0.25)}
 # The metric that measures each local task (a broken model can raise a proxy: the collapsed int2
 # variants emit braces and score json_found at several times the baseline's).

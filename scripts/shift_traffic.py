@@ -1,5 +1,5 @@
 """Append a domain-shifted burst to a live traffic log: the demo's code, French and Spanish requests
-only, as if the served model's users had moved. For trying the drift watch (README "Operations").
+only, as if the served model's users had moved. For trying the drift watch (docs/operations.md).
 
     python scripts/shift_traffic.py LOG [--n 300] [--source conf/traffic/demo.jsonl] [--seed 0]
 
